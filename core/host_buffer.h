@@ -1,0 +1,53 @@
+// HostBuffer: an owning, aligned, move-only block of host memory. The default alignment (4 KiB)
+// suits direct device copies and O_DIRECT-style I/O. Not thread-safe; share it through
+// std::shared_ptr<const HostBuffer> when several readers need it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/status.h"
+
+namespace hypic {
+
+class HostBuffer {
+ public:
+  static constexpr size_t kDefaultAlignment = 4096;
+
+  HostBuffer() = default;
+  ~HostBuffer();
+  HostBuffer(HostBuffer&& other) noexcept;
+  HostBuffer& operator=(HostBuffer&& other) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+
+  // Allocates `size` bytes, zero-filled. Returns kNoSpace when the allocation fails.
+  // REQUIRES: `alignment` is a power of two, at least alignof(std::max_align_t).
+  static Result<HostBuffer> Allocate(size_t size, size_t alignment = kDefaultAlignment);
+
+  // Allocates and copies `bytes`.
+  static Result<HostBuffer> CopyOf(std::span<const std::byte> bytes);
+
+  std::byte* data() { return data_; }
+  const std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::span<std::byte> span() { return {data_, size_}; }
+  std::span<const std::byte> span() const { return {data_, size_}; }
+
+  template <typename T>
+  T* as() {
+    return reinterpret_cast<T*>(data_);
+  }
+  template <typename T>
+  const T* as() const {
+    return reinterpret_cast<const T*>(data_);
+  }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace hypic

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every Debian package that hypic's build, tests and tools need. Idempotent: when
+# everything is present it only runs dpkg-query and returns in about a second.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config ccache git
+  clang clang-format libclang-rt-14-dev
+  librocksdb-dev libboost-dev libxxhash-dev libfmt-dev doctest-dev nlohmann-json3-dev
+  libspdlog-dev libcli11-dev libtomlplusplus-dev libopenblas-dev prometheus-cpp-dev
+  gnuplot-nox python3 redis-server
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
