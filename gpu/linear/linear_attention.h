@@ -1,0 +1,107 @@
+// The linear-attention state algebra (MATH.md §1-§4): per-variant recurrences, the chunked
+// forward that also yields the segment's transition operator T_C and zero-init state S(C|0),
+// composition of (T, S) pairs, the naive-add strawman, the short causal conv with its warm-up
+// rule, and RoPE re-rotation of cached states.
+//
+// Conventions (all fp32, row-major, contiguous):
+//   q, k  [T, H, dk]      v [T, HV, dv]      HV % H == 0; value head i reads key head i/(HV/H)
+//   g     [T, HV]         scalar log-decay (retnet, mamba2); per-row log-decay [T, HV, dk] for
+//                         gla and kda; absent (nullptr) for linear and deltanet. For retnet the
+//                         caller passes the constant log(gamma_h) per token.
+//   beta  [T, HV]         deltanet, gdn, kda; nullptr otherwise
+//   state [HV, dk, dv]    K-first; o_t = S_t^T q_t reads the state after token t (inclusive)
+//   o     [T, HV, dv]
+// Inputs arrive already normalised and scaled: L2 norm, 1/sqrt(dk), gate nonlinearities
+// belong to the layer code (gpu/model).
+//
+// Transitions are stored compactly by TransitionForm: kIdentity (no data), kScalarLog [HV]
+// (sum of g), kDiagLog [HV, dk] (per-row sum of g), kDense [HV, dk, dk]. T acts on the state
+// from the left: S <- T S + S_zero.
+//
+// Every function is thread-compatible (no shared state); the math of one (token, head) step
+// lives in HYPIC_HD inline functions in linear_math.h so the CUDA kernels run the same code.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <optional>
+
+#include "core/status.h"
+
+namespace hypic::linear {
+
+enum class Variant : uint8_t {
+  kLinear = 0,
+  kRetNet = 1,
+  kMamba2 = 2,  // also simple-gla and lightning attention: scalar per-token decay
+  kGla = 3,     // diagonal decay
+  kDeltaNet = 4,
+  kGdn = 5,     // gated delta rule
+  kKda = 6,     // Kimi delta attention: diagonal decay first, then the delta rule
+};
+std::string_view VariantName(Variant v);
+std::optional<Variant> VariantFromName(std::string_view name);  // "gdn", "retnet", ...
+
+enum class TransitionForm : uint8_t { kIdentity = 0, kScalarLog = 1, kDiagLog = 2, kDense = 3 };
+TransitionForm TransitionFormOf(Variant v);
+bool HasGate(Variant v);      // g is present
+bool HasDiagGate(Variant v);  // g is [T, HV, dk]
+bool HasBeta(Variant v);
+
+struct Shape {
+  int64_t tokens = 0;
+  int32_t key_heads = 1;    // H
+  int32_t value_heads = 1;  // HV
+  int32_t dk = 0;
+  int32_t dv = 0;
+};
+
+// Number of floats of one transition for all heads (0 for kIdentity).
+int64_t TransitionFloats(TransitionForm form, const Shape& shape);
+
+struct Inputs {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const float* g = nullptr;
+  const float* beta = nullptr;
+};
+
+// Any output may be nullptr when not wanted. `transition` uses TransitionFormOf(variant).
+struct Outputs {
+  float* o = nullptr;
+  float* final_state = nullptr;  // from initial_state (zero when initial_state is nullptr)
+  float* zero_state = nullptr;   // S(C|0)
+  float* transition = nullptr;   // T_C, compact form
+};
+
+struct ChunkOptions {
+  int chunk_size = 64;  // 16, 32 or 64
+};
+
+// Returns kBadRequest for a bad shape (HV % H != 0, non-positive dims) or a missing input the
+// variant needs, naming it.
+Status Validate(Variant variant, const Shape& shape, const Inputs& in);
+
+// The per-token reference: fp32 storage with double accumulation.
+Status RecurrentForward(Variant variant, const Shape& shape, const Inputs& in,
+                        const float* initial_state, const Outputs& out);
+
+// The chunked (WY/UT) forward, producing every requested output in one pass.
+Status ChunkedForward(Variant variant, const Shape& shape, const Inputs& in,
+                      const float* initial_state, const Outputs& out,
+                      const ChunkOptions& options = {});
+
+// S <- T S + S_zero for all heads, in place. `state` and `zero_state` are [HV, dk, dv].
+void ApplyTransition(TransitionForm form, const Shape& shape, const float* transition,
+                     const float* zero_state, float* state);
+
+// The strawman: S <- S + S_zero (ignores T). Kept for ablations and benchmarks.
+void NaiveAdd(const Shape& shape, const float* zero_state, float* state);
+
+// (T2,S2) o (T1,S1) = (T2 T1, T2 S1 + S2): the pair of running segment 1 then segment 2.
+// Outputs may alias neither input.
+void Combine(TransitionForm form, const Shape& shape, const float* t2, const float* s2,
+             const float* t1, const float* s1, float* t_out, float* s_out);
+
+}  // namespace hypic::linear
