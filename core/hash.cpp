@@ -25,10 +25,14 @@ std::optional<Hash128> Hash128::FromHex(std::string_view hex) {
   for (size_t i = 0; i < 32; ++i) {
     char c = hex[i];
     uint64_t d;
-    if (c >= '0' && c <= '9') d = static_cast<uint64_t>(c - '0');
-    else if (c >= 'a' && c <= 'f') d = static_cast<uint64_t>(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F') d = static_cast<uint64_t>(c - 'A' + 10);
-    else return std::nullopt;
+    if (c >= '0' && c <= '9')
+      d = static_cast<uint64_t>(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      d = static_cast<uint64_t>(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F')
+      d = static_cast<uint64_t>(c - 'A' + 10);
+    else
+      return std::nullopt;
     uint64_t& half = i < 16 ? h.hi : h.lo;
     half = (half << 4) | d;
   }
@@ -47,7 +51,9 @@ Hash128 Hash128::FromBytes(const std::byte in[16]) {
   return h;
 }
 
-uint64_t Xxh3_64(std::span<const std::byte> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+uint64_t Xxh3_64(std::span<const std::byte> bytes) {
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
 uint64_t Xxh3_64(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
 Hash128 Xxh3_128(const void* data, size_t size) {

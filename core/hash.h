@@ -29,7 +29,9 @@ struct Hash128 {
 };
 
 struct Hash128Hasher {
-  size_t operator()(const Hash128& h) const { return static_cast<size_t>(h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull)); }
+  size_t operator()(const Hash128& h) const {
+    return static_cast<size_t>(h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull));
+  }
 };
 
 uint64_t Xxh3_64(std::span<const std::byte> bytes);
@@ -45,8 +47,8 @@ class Xxh3_128Stream {
   Xxh3_128Stream& operator=(const Xxh3_128Stream&) = delete;
 
   void Update(const void* data, size_t size);
-  void UpdateU32(uint32_t v);  // little-endian
-  void UpdateU64(uint64_t v);  // little-endian
+  void UpdateU32(uint32_t v);             // little-endian
+  void UpdateU64(uint64_t v);             // little-endian
   void UpdateString(std::string_view s);  // length-prefixed, so "ab"+"c" != "a"+"bc"
   Hash128 Digest() const;
 

@@ -27,7 +27,8 @@ Result<HostBuffer> HostBuffer::Allocate(size_t size, size_t alignment) {
   size_t rounded = (size + alignment - 1) / alignment * alignment;
   if (rounded < size) return NoSpace("host buffer size overflows");
   void* p = std::aligned_alloc(alignment, rounded);
-  if (p == nullptr) return NoSpace("cannot allocate " + std::to_string(size) + " bytes of host memory");
+  if (p == nullptr)
+    return NoSpace("cannot allocate " + std::to_string(size) + " bytes of host memory");
   std::memset(p, 0, rounded);
   b.data_ = static_cast<std::byte*>(p);
   b.size_ = size;

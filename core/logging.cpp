@@ -30,8 +30,7 @@ Status InitLogging(std::string_view level, bool json) {
   }
   Log().set_level(lvl);
   if (json) {
-    Log().set_pattern(
-        R"({"ts":"%Y-%m-%dT%H:%M:%S.%e","level":"%l","thread":%t,"msg":"%v"})");
+    Log().set_pattern(R"({"ts":"%Y-%m-%dT%H:%M:%S.%e","level":"%l","thread":%t,"msg":"%v"})");
   }
   return Status::Ok();
 }

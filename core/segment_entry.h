@@ -46,8 +46,8 @@ struct EntryMeta {
   ModelFingerprint model;
   std::string name_space;
   CacheSettings settings;
-  uint32_t conv_k = 0;        // short-conv kernel size of the model's linear layers (0: none)
-  uint32_t num_layers = 0;    // decoder layers of the model
+  uint32_t conv_k = 0;      // short-conv kernel size of the model's linear layers (0: none)
+  uint32_t num_layers = 0;  // decoder layers of the model
   std::vector<uint32_t> tokens;
 };
 

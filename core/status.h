@@ -18,22 +18,22 @@ namespace hypic {
 enum class StatusCode : uint16_t {
   kOk = 0,
   kNotFound = 1,
-  kBadRequest = 2,         // malformed or invalid input (also: invalid argument)
-  kBadChecksum = 3,        // data failed its checksum: corruption
-  kTooLarge = 4,           // a length or count over its cap
-  kUnauthorized = 5,       // missing or wrong token
-  kBusy = 6,               // a bounded queue is full; retry later
-  kDeadlineExceeded = 7,   // the request's deadline passed
-  kVersionMismatch = 8,    // protocol or format version not supported
-  kComputeFailed = 9,      // a prefill or compose failed
-  kShuttingDown = 10,      // the daemon is draining
-  kInternal = 11,          // a bug: an invariant did not hold
-  kIoError = 12,           // file or socket I/O failed
-  kNoSpace = 13,           // a disk or tier is full
-  kDeviceError = 14,       // a CUDA/NCCL/cuBLAS call failed
-  kCancelled = 15,         // the caller gave up
-  kUnsupported = 16,       // valid input that this build does not handle
-  kCorruption = 17,        // structurally invalid stored data (bad magic, bad layout)
+  kBadRequest = 2,        // malformed or invalid input (also: invalid argument)
+  kBadChecksum = 3,       // data failed its checksum: corruption
+  kTooLarge = 4,          // a length or count over its cap
+  kUnauthorized = 5,      // missing or wrong token
+  kBusy = 6,              // a bounded queue is full; retry later
+  kDeadlineExceeded = 7,  // the request's deadline passed
+  kVersionMismatch = 8,   // protocol or format version not supported
+  kComputeFailed = 9,     // a prefill or compose failed
+  kShuttingDown = 10,     // the daemon is draining
+  kInternal = 11,         // a bug: an invariant did not hold
+  kIoError = 12,          // file or socket I/O failed
+  kNoSpace = 13,          // a disk or tier is full
+  kDeviceError = 14,      // a CUDA/NCCL/cuBLAS call failed
+  kCancelled = 15,        // the caller gave up
+  kUnsupported = 16,      // valid input that this build does not handle
+  kCorruption = 17,       // structurally invalid stored data (bad magic, bad layout)
 };
 
 // The last assigned code; the protocol decoder rejects anything above it.
@@ -95,7 +95,7 @@ inline Status Corruption(std::string m) { return {StatusCode::kCorruption, std::
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(v_).ok()) v_ = Internal("Result constructed from an OK Status");
   }
@@ -125,10 +125,10 @@ class [[nodiscard]] Result {
 #define HYPIC_CONCAT(a, b) HYPIC_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function when `expr` is not OK.
-#define HYPIC_RETURN_IF_ERROR(expr)             \
-  do {                                          \
-    ::hypic::Status _hypic_st = (expr);         \
-    if (!_hypic_st.ok()) return _hypic_st;      \
+#define HYPIC_RETURN_IF_ERROR(expr)        \
+  do {                                     \
+    ::hypic::Status _hypic_st = (expr);    \
+    if (!_hypic_st.ok()) return _hypic_st; \
   } while (0)
 
 // `lhs` = the value of a Result expression, or returns its Status.

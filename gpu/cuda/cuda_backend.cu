@@ -144,8 +144,8 @@ class CudaBackendImpl final : public Backend {
     auto& s = static_cast<CudaStreamImpl&>(stream);
     const auto& b = static_cast<const CudaBuffer&>(src);
     HYPIC_CUDA_RETURN_IF_ERROR(cudaSetDevice(s.device()));
-    HYPIC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, static_cast<const char*>(b.cdata()) + src_offset,
-                                               bytes, cudaMemcpyDefault, s.get()));
+    HYPIC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        dst, static_cast<const char*>(b.cdata()) + src_offset, bytes, cudaMemcpyDefault, s.get()));
     return Status::Ok();
   }
 

@@ -12,8 +12,8 @@ namespace hypic::gpu {
 
 inline Status CudaStatus(cudaError_t err, const char* stmt, const char* file, int line) {
   if (err == cudaSuccess) return Status::Ok();
-  return DeviceError(std::string(stmt) + " failed at " + file + ":" + std::to_string(line) +
-                     ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+  return DeviceError(std::string(stmt) + " failed at " + file + ":" + std::to_string(line) + ": " +
+                     cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
 }
 
 }  // namespace hypic::gpu

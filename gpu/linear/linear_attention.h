@@ -23,8 +23,8 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 #include <optional>
+#include <string_view>
 
 #include "core/status.h"
 
@@ -36,8 +36,8 @@ enum class Variant : uint8_t {
   kMamba2 = 2,  // also simple-gla and lightning attention: scalar per-token decay
   kGla = 3,     // diagonal decay
   kDeltaNet = 4,
-  kGdn = 5,     // gated delta rule
-  kKda = 6,     // Kimi delta attention: diagonal decay first, then the delta rule
+  kGdn = 5,  // gated delta rule
+  kKda = 6,  // Kimi delta attention: diagonal decay first, then the delta rule
 };
 std::string_view VariantName(Variant v);
 std::optional<Variant> VariantFromName(std::string_view name);  // "gdn", "retnet", ...

@@ -1,11 +1,10 @@
-#include <doctest/doctest.h>
+#include "core/segment_key.h"
 
+#include <doctest/doctest.h>
 #include <xxhash.h>
 
 #include <cstring>
 #include <vector>
-
-#include "core/segment_key.h"
 
 namespace hypic {
 namespace {

@@ -1,9 +1,10 @@
+#include "core/status.h"
+
 #include <doctest/doctest.h>
 
 #include <memory>
 #include <string>
 
-#include "core/status.h"
 #include "tests/support/check_ok.h"
 
 namespace hypic {

@@ -1,11 +1,12 @@
 // Backend conformance: every registered backend must agree with the CPU backend. Where only
 // the CPU is present the CUDA half reports "skipped: no CUDA device" and passes.
+#include "gpu/backend.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "gpu/backend.h"
 #include "tests/support/check_ok.h"
 #include "tests/support/seeded_rng.h"
 

@@ -14,13 +14,13 @@ Status AsStatus(const Result<T>& r) {
 }
 }  // namespace hypic::testing
 
-#define CHECK_OK(expr)                                                      \
-  do {                                                                      \
-    ::hypic::Status _st = ::hypic::testing::AsStatus(expr);                 \
-    CHECK_MESSAGE(_st.ok(), _st.ToString());                                \
+#define CHECK_OK(expr)                                      \
+  do {                                                      \
+    ::hypic::Status _st = ::hypic::testing::AsStatus(expr); \
+    CHECK_MESSAGE(_st.ok(), _st.ToString());                \
   } while (0)
-#define REQUIRE_OK(expr)                                                    \
-  do {                                                                      \
-    ::hypic::Status _st = ::hypic::testing::AsStatus(expr);                 \
-    REQUIRE_MESSAGE(_st.ok(), _st.ToString());                              \
+#define REQUIRE_OK(expr)                                    \
+  do {                                                      \
+    ::hypic::Status _st = ::hypic::testing::AsStatus(expr); \
+    REQUIRE_MESSAGE(_st.ok(), _st.ToString());              \
   } while (0)

@@ -12,7 +12,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 #include <string>
 
@@ -20,9 +19,9 @@ namespace hypic::tools {
 
 // Exit codes shared by every tool.
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;     // the operation ran and failed (e.g. a target missed)
-inline constexpr int kExitBadInput = 2;    // bad flags, files or request contents
-inline constexpr int kExitUnavailable = 3; // a daemon or device could not be reached
+inline constexpr int kExitFailure = 1;      // the operation ran and failed (e.g. a target missed)
+inline constexpr int kExitBadInput = 2;     // bad flags, files or request contents
+inline constexpr int kExitUnavailable = 3;  // a daemon or device could not be reached
 
 using Action = std::function<int()>;
 using Setup = std::function<Action(CLI::App& sub)>;

@@ -40,9 +40,9 @@ int ListDevices() {
   return kExitOk;
 }
 
-const bool kRegistered = RegisterSubcommand(
-    "devices", "List compute devices (CPU, and CUDA GPUs when present)",
-    [](CLI::App&) -> Action { return [] { return ListDevices(); }; });
+const bool kRegistered =
+    RegisterSubcommand("devices", "List compute devices (CPU, and CUDA GPUs when present)",
+                       [](CLI::App&) -> Action { return [] { return ListDevices(); }; });
 
 }  // namespace
 }  // namespace hypic::tools
