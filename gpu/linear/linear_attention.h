@@ -104,4 +104,23 @@ void NaiveAdd(const Shape& shape, const float* zero_state, float* state);
 void Combine(TransitionForm form, const Shape& shape, const float* t2, const float* s2,
              const float* t1, const float* s1, float* t_out, float* s_out);
 
+// Batched composition over `count` cached segments, in order: for i = 0..count-1,
+// S <- T_i S + S_zero_i (all heads). transitions[i] and zero_states[i] are one segment's
+// compact T and [HV, dk, dv] S_zero.
+void ApplySegments(TransitionForm form, const Shape& shape, int count,
+                   const float* const* transitions, const float* const* zero_states, float* state);
+
+// Reduces the pairs of `count` consecutive segments (first segment first) into the single pair
+// of their concatenation by a balanced tree of Combine calls; equal to the left fold by
+// associativity. count == 0 yields the identity pair.
+void CombineTree(TransitionForm form, const Shape& shape, int count,
+                 const float* const* transitions, const float* const* zero_states, float* t_out,
+                 float* s_out);
+
+// Writes the identity transition (all heads) in compact form.
+void SetIdentityTransition(TransitionForm form, const Shape& shape, float* transition);
+
+// The dense [HV, dk, dk] expansion of a compact transition (exp of the log forms).
+void ExpandTransition(TransitionForm form, const Shape& shape, const float* compact, float* dense);
+
 }  // namespace hypic::linear
