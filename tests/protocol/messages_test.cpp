@@ -1,0 +1,300 @@
+// Typed message bodies: byte-identical round trips for every message type (RELIABILITY.md
+// row 11), inside whole frames too, and rejection of truncated, padded and lying encodings.
+#include "protocol/messages.h"
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include "protocol/decoder.h"
+#include "tests/support/check_ok.h"
+#include "tests/support/seeded_rng.h"
+
+namespace hypic::protocol {
+namespace {
+
+using testing::SeededRng;
+
+Hash128 RandomKey(SeededRng& rng) { return Hash128{rng.engine()(), rng.engine()()}; }
+Tier RandomTier(SeededRng& rng) { return static_cast<Tier>(rng.UniformInt(0, kMaxTier)); }
+std::string RandomString(SeededRng& rng, uint32_t max) {
+  std::string s(rng.UniformInt(0, max), ' ');
+  for (auto& c : s) c = static_cast<char>(rng.UniformInt(0, 255));
+  return s;
+}
+Timings RandomTimings(SeededRng& rng) {
+  return Timings{rng.engine()(), rng.engine()(), rng.engine()(), rng.engine()(), rng.engine()()};
+}
+
+HelloRequest MakeHelloRequest(SeededRng& rng) {
+  return HelloRequest{
+      1, 1, rng.engine()(), RandomString(rng, 20), RandomString(rng, 40), RandomString(rng, 40)};
+}
+HelloReply MakeHelloReply(SeededRng& rng) {
+  HelloReply m;
+  m.version = 1;
+  m.features = kFeatureXxh3 | kFeatureChunked;
+  m.server_version = "hypicd 0.1.0";
+  m.model_fingerprint = RandomKey(rng);
+  m.model_name = "builtin:small";
+  m.seam_w = 8;
+  m.format_version = 1;
+  m.limits = ServerLimits{64 << 20, 1ull << 32, 64, 256 << 20, 65536, 4096};
+  m.admin = rng.UniformInt(0, 1) == 1;
+  return m;
+}
+HasRequest MakeHasRequest(SeededRng& rng) {
+  HasRequest m;
+  for (uint32_t i = 0, n = rng.UniformInt(0, 64); i < n; ++i) m.keys.push_back(RandomKey(rng));
+  return m;
+}
+HasReply MakeHasReply(SeededRng& rng) {
+  HasReply m;
+  for (uint32_t i = 0, n = rng.UniformInt(0, 64); i < n; ++i) m.tiers.push_back(RandomTier(rng));
+  return m;
+}
+GetInfo MakeGetInfo(SeededRng& rng) { return GetInfo{RandomTier(rng)}; }
+PutOptions MakePutOptions(SeededRng& rng) {
+  return PutOptions{rng.UniformInt(0, 100000), rng.UniformInt(0, 1) == 1};
+}
+PrefillRequest MakePrefillRequest(SeededRng& rng) {
+  PrefillRequest m;
+  m.name_space = RandomString(rng, 16);
+  m.seam_w = rng.UniformInt(0, 1) ? kDefaultSeam : rng.UniformInt(0, 64);
+  for (uint32_t i = 0, n = rng.UniformInt(0, 6); i < n; ++i) {
+    m.segments.push_back(rng.Tokens(rng.UniformInt(0, 300), 151936));
+  }
+  return m;
+}
+PrefillReply MakePrefillReply(SeededRng& rng) {
+  PrefillReply m;
+  for (uint32_t i = 0, n = rng.UniformInt(0, 6); i < n; ++i) {
+    m.results.push_back(PrefillResult{RandomKey(rng), rng.UniformInt(0, 1) == 1, RandomTier(rng),
+                                      rng.UniformInt(0, 5000), rng.engine()()});
+  }
+  m.timings = RandomTimings(rng);
+  return m;
+}
+ComposeRequest MakeComposeRequest(SeededRng& rng) {
+  ComposeRequest m;
+  m.name_space = RandomString(rng, 16);
+  m.mode = static_cast<ComposeMode>(rng.UniformInt(0, kMaxComposeMode));
+  m.seam_w = rng.UniformInt(0, 32);
+  m.top_k = rng.UniformInt(0, kMaxTopK);
+  m.return_state = rng.UniformInt(0, 1) == 1;
+  for (uint32_t i = 0, n = rng.UniformInt(0, 8); i < n; ++i) {
+    ComposePart p;
+    p.kind = static_cast<PartKind>(rng.UniformInt(0, kMaxPartKind));
+    if (p.kind == PartKind::kSegmentKey) {
+      p.key = RandomKey(rng);
+    } else {
+      p.tokens = rng.Tokens(rng.UniformInt(0, 200), 1000);
+    }
+    m.parts.push_back(std::move(p));
+  }
+  return m;
+}
+ComposeReply MakeComposeReply(SeededRng& rng, bool with_state) {
+  ComposeReply m;
+  for (uint32_t i = 0, n = rng.UniformInt(0, 8); i < n; ++i) {
+    m.parts.push_back(PartResult{static_cast<PartOutcome>(rng.UniformInt(0, kMaxPartOutcome)),
+                                 RandomTier(rng), rng.UniformInt(0, 4000), RandomKey(rng)});
+  }
+  m.timings = RandomTimings(rng);
+  m.n_tokens = rng.UniformInt(0, 100000);
+  for (uint32_t i = 0, n = rng.UniformInt(0, 20); i < n; ++i) {
+    m.top.push_back(TopLogit{rng.UniformInt(0, 150000), rng.Normal()});
+  }
+  m.has_state = with_state;
+  if (with_state) {
+    m.state.resize(rng.UniformInt(1, 300));
+    for (auto& b : m.state) b = std::byte(rng.UniformInt(0, 255));
+  }
+  return m;
+}
+EvictRequest MakeEvictRequest(SeededRng& rng) {
+  return EvictRequest{static_cast<EvictBy>(rng.UniformInt(0, kMaxEvictBy)), RandomKey(rng),
+                      RandomString(rng, 10), RandomTier(rng), rng.engine()()};
+}
+EvictReply MakeEvictReply(SeededRng& rng) { return EvictReply{rng.engine()(), rng.engine()()}; }
+ListRequest MakeListRequest(SeededRng& rng) {
+  return ListRequest{rng.engine()(), rng.UniformInt(0, kMaxListEntries), RandomString(rng, 10),
+                     RandomTier(rng)};
+}
+ListReply MakeListReply(SeededRng& rng) {
+  ListReply m;
+  m.next_cursor = rng.engine()();
+  for (uint32_t i = 0, n = rng.UniformInt(0, 10); i < n; ++i) {
+    m.entries.push_back(ListEntry{RandomKey(rng), RandomTier(rng), RandomString(rng, 12),
+                                  rng.UniformInt(0, 9000), rng.engine()(), rng.engine()(),
+                                  rng.engine()(), rng.UniformInt(0, 5), rng.UniformInt(0, 999)});
+  }
+  return m;
+}
+VerifyReply MakeVerifyReply(SeededRng& rng) {
+  VerifyReply m{rng.engine()(), rng.engine()(), {}};
+  for (uint32_t i = 0, n = rng.UniformInt(0, 10); i < n; ++i) m.bad_keys.push_back(RandomKey(rng));
+  return m;
+}
+
+// Encode -> Decode -> equal; Decode -> Encode -> identical bytes; and through a whole frame.
+// `prefix_fails`: every strict prefix and one trailing byte must be rejected (false for
+// encodings whose tail is open-ended, the COMPOSE reply with a state stream).
+template <typename T>
+void CheckRoundTrip(const T& m, Opcode op, bool reply, bool prefix_fails = true) {
+  Bytes bytes = Encode(m);
+  auto decoded = Decode<T>(ByteSpan(bytes));
+  REQUIRE_OK(decoded);
+  CHECK(*decoded == m);
+  CHECK(Encode(*decoded) == bytes);
+
+  FrameHeader h;
+  h.opcode = op;
+  h.flags = reply ? kFlagReply : 0;
+  h.request_id = 42;
+  auto frame_bytes = EncodeFrame(h, {}, ByteSpan(bytes));
+  REQUIRE_OK(frame_bytes);
+  Decoder d(reply ? Decoder::Role::kClient : Decoder::Role::kServer, DecodeLimits{});
+  Frame frame;
+  size_t consumed = 0;
+  REQUIRE(d.Decode(ByteSpan(*frame_bytes), &consumed, &frame) == DecodeStatus::kOk);
+  auto again = Decode<T>(frame.body);
+  REQUIRE_OK(again);
+  CHECK(*again == m);
+  auto reencoded = EncodeFrame(frame.header, frame.ext, ByteSpan(Encode(*again)));
+  REQUIRE_OK(reencoded);
+  CHECK(*reencoded == *frame_bytes);
+
+  if (!prefix_fails) return;
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    CAPTURE(n);
+    CHECK_FALSE(Decode<T>(ByteSpan(bytes).first(n)).ok());
+  }
+  Bytes longer = bytes;
+  longer.push_back(std::byte{0});
+  CHECK_FALSE(Decode<T>(ByteSpan(longer)).ok());
+}
+
+TEST_CASE("every message type round-trips byte-identically") {
+  SeededRng rng(20261129);
+  for (int iter = 0; iter < 25; ++iter) {
+    CAPTURE(iter);
+    CheckRoundTrip(MakeHelloRequest(rng), Opcode::kHello, false);
+    CheckRoundTrip(MakeHelloReply(rng), Opcode::kHello, true);
+    CheckRoundTrip(MakeHasRequest(rng), Opcode::kHas, false);
+    CheckRoundTrip(MakeHasReply(rng), Opcode::kHas, true);
+    CheckRoundTrip(MakeGetInfo(rng), Opcode::kGet, true);
+    CheckRoundTrip(MakePutOptions(rng), Opcode::kPut, false);
+    CheckRoundTrip(MakePrefillRequest(rng), Opcode::kPrefill, false);
+    CheckRoundTrip(MakePrefillReply(rng), Opcode::kPrefill, true);
+    CheckRoundTrip(MakeComposeRequest(rng), Opcode::kCompose, false);
+    CheckRoundTrip(MakeComposeReply(rng, false), Opcode::kCompose, true);
+    CheckRoundTrip(MakeComposeReply(rng, true), Opcode::kCompose, true, false);
+    CheckRoundTrip(MakeEvictRequest(rng), Opcode::kEvict, false);
+    CheckRoundTrip(MakeEvictReply(rng), Opcode::kEvict, true);
+    CheckRoundTrip(MakeListRequest(rng), Opcode::kList, false);
+    CheckRoundTrip(MakeListReply(rng), Opcode::kList, true);
+    CheckRoundTrip(MakeVerifyReply(rng), Opcode::kVerify, true);
+  }
+}
+
+TEST_CASE("an empty PUT ext means the default options") {
+  auto o = DecodePutOptions({});
+  REQUIRE_OK(o);
+  CHECK(*o == PutOptions{});
+  Bytes e = Encode(PutOptions{60, true});
+  auto p = DecodePutOptions(ByteSpan(e));
+  REQUIRE_OK(p);
+  CHECK(p->ttl_s == 60);
+  CHECK(p->pin);
+}
+
+TEST_CASE("lying counts are rejected before anything is sized from them") {
+  auto with_count = [](uint32_t n, size_t payload) {
+    Bytes b(4 + payload);
+    std::memcpy(b.data(), &n, 4);
+    return b;
+  };
+  auto huge = Decode<HasRequest>(ByteSpan(with_count(0xFFFFFFFFu, 0)));
+  CHECK(huge.status().code() == StatusCode::kTooLarge);
+  auto short_body = Decode<HasRequest>(ByteSpan(with_count(1000, 16)));
+  CHECK(short_body.status().code() == StatusCode::kBadRequest);
+  auto top = Decode<ComposeReply>(ByteSpan(with_count(kMaxParts + 1, 0)));
+  CHECK(top.status().code() == StatusCode::kTooLarge);
+  // A string length over its cap.
+  Bytes hello = Encode(HelloRequest{1, 1, 0, std::string(kMaxNameLen + 1, 'x'), "", ""});
+  CHECK(Decode<HelloRequest>(ByteSpan(hello)).status().code() == StatusCode::kTooLarge);
+  // A version range that is empty.
+  Bytes backwards = Encode(HelloRequest{2, 1, 0, "", "", ""});
+  CHECK(Decode<HelloRequest>(ByteSpan(backwards)).status().code() == StatusCode::kBadRequest);
+  ComposeRequest too_many_logits;
+  too_many_logits.top_k = kMaxTopK + 1;
+  CHECK(Decode<ComposeRequest>(ByteSpan(Encode(too_many_logits))).status().code() ==
+        StatusCode::kTooLarge);
+}
+
+TEST_CASE("enum and boolean bytes out of range are rejected") {
+  Bytes tiers = Encode(HasReply{{Tier::kHost}});
+  tiers.back() = std::byte{kMaxTier + 1};
+  CHECK(Decode<HasReply>(ByteSpan(tiers)).status().code() == StatusCode::kBadRequest);
+  Bytes put = Encode(PutOptions{0, true});
+  put.back() = std::byte{2};
+  CHECK_FALSE(Decode<PutOptions>(ByteSpan(put)).ok());
+  ComposeRequest c;
+  Bytes compose = Encode(c);
+  compose[4] = std::byte{kMaxComposeMode + 1};  // after the empty namespace
+  CHECK_FALSE(Decode<ComposeRequest>(ByteSpan(compose)).ok());
+  Bytes evict = Encode(EvictRequest{});
+  evict[0] = std::byte{kMaxEvictBy + 1};
+  CHECK_FALSE(Decode<EvictRequest>(ByteSpan(evict)).ok());
+}
+
+TEST_CASE("tensor stream round trip and validation") {
+  SeededRng rng(5);
+  std::vector<float> s = rng.NormalVector(2 * 3 * 4);
+  std::vector<uint16_t> kv(5 * 8);
+  for (auto& x : kv) x = static_cast<uint16_t>(rng.UniformInt(0, 65535));
+  std::vector<StreamTensor> in = {
+      {0, TensorKind::kState, DType::kF32, Shape{2, 3, 4},
+       ByteSpan(reinterpret_cast<const std::byte*>(s.data()), s.size() * 4)},
+      {3, TensorKind::kKey, DType::kBF16, Shape{5, 8},
+       ByteSpan(reinterpret_cast<const std::byte*>(kv.data()), kv.size() * 2)},
+      {3, TensorKind::kValue, DType::kF32, Shape{0, 8}, ByteSpan()},
+  };
+  auto bytes = EncodeTensorStream(in);
+  REQUIRE_OK(bytes);
+  auto out = DecodeTensorStream(ByteSpan(*bytes));
+  REQUIRE_OK(out);
+  REQUIRE(out->size() == in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    CHECK((*out)[i].layer == in[i].layer);
+    CHECK((*out)[i].kind == in[i].kind);
+    CHECK((*out)[i].dtype == in[i].dtype);
+    CHECK((*out)[i].shape == in[i].shape);
+    REQUIRE((*out)[i].data.size() == in[i].data.size());
+    CHECK(std::memcmp((*out)[i].data.data(), in[i].data.data(), in[i].data.size()) == 0);
+  }
+  auto re = EncodeTensorStream(*out);
+  REQUIRE_OK(re);
+  CHECK(*re == *bytes);
+  for (size_t n = 0; n < bytes->size(); ++n) {
+    CHECK_FALSE(DecodeTensorStream(ByteSpan(*bytes).first(n)).ok());
+  }
+  // A data size that does not match the shape cannot be encoded.
+  std::vector<StreamTensor> wrong = {in[0]};
+  wrong[0].shape = Shape{2, 3, 5};
+  CHECK(EncodeTensorStream(wrong).status().code() == StatusCode::kBadRequest);
+  // Rank 7 is rejected (byte 10 is the rank of the first tensor: count u32, layer u32, kind,
+  // dtype).
+  Bytes bad = *bytes;
+  bad[10] = std::byte{7};
+  CHECK_FALSE(DecodeTensorStream(ByteSpan(bad)).ok());
+}
+
+TEST_CASE("names") {
+  CHECK(TierName(Tier::kSsd) == "ssd");
+  CHECK(ComposeModeName(ComposeMode::kOracle) == "oracle");
+}
+
+}  // namespace
+}  // namespace hypic::protocol
