@@ -11,12 +11,29 @@ Shape::Shape(std::initializer_list<int64_t> dims) {
   }
 }
 
+Result<Shape> Shape::FromDims(std::span<const int64_t> dims) {
+  if (dims.size() > static_cast<size_t>(kMaxRank)) {
+    return Unsupported("rank " + std::to_string(dims.size()) + " exceeds the maximum rank " +
+                       std::to_string(kMaxRank));
+  }
+  Shape s;
+  for (int64_t d : dims) s.dims_[static_cast<size_t>(s.rank_++)] = d;
+  return s;
+}
+
 int64_t Shape::NumElements() const {
-  int64_t n = 1;
+  // A zero dim makes the product 0 even where the other dims alone would overflow.
+  bool empty = false;
   for (int i = 0; i < rank_; ++i) {
     int64_t d = dims_[static_cast<size_t>(i)];
     if (d < 0) return -1;
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) return -1;
+    empty = empty || d == 0;
+  }
+  if (empty) return 0;
+  int64_t n = 1;
+  for (int i = 0; i < rank_; ++i) {
+    int64_t d = dims_[static_cast<size_t>(i)];
+    if (n > std::numeric_limits<int64_t>::max() / d) return -1;
     n *= d;
   }
   return n;

@@ -8,9 +8,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 
 #include "core/dtype.h"
+#include "core/status.h"
 
 namespace hypic {
 
@@ -27,6 +29,9 @@ class Shape {
  public:
   Shape() = default;
   Shape(std::initializer_list<int64_t> dims);
+  // A shape of runtime rank (parsers). Returns kUnsupported when dims.size() > kMaxRank; the
+  // dims are stored as given (NumElements reports negative ones).
+  static Result<Shape> FromDims(std::span<const int64_t> dims);
 
   int rank() const { return rank_; }
   int64_t operator[](int i) const { return dims_[static_cast<size_t>(i)]; }
