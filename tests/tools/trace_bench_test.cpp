@@ -1,14 +1,20 @@
 // The measurement side of `hypic-bench trace`: percentiles, the CDF, the sustainable-QPS
 // search, and the open-loop driver's timing from the scheduled start.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "tests/support/check_ok.h"
 #include "tools/hypic-bench/trace_driver.h"
+#include "tools/hypic-bench/trace_report.h"
 #include "tools/hypic-bench/trace_stats.h"
 
 namespace hypic::tools {
@@ -167,6 +173,77 @@ TEST_CASE("open loop: errors are recorded, and an overloaded run is cut short") 
   CHECK(completed > 0);
   CHECK(failed_with_status > 0);
   CHECK(not_issued > 100);
+}
+
+ModeRun FakeRun(std::string mode, double scale, double sustainable) {
+  ModeRun m;
+  m.mode = std::move(mode);
+  m.offered_qps = 0.5;
+  m.wall_s = 10;
+  for (int i = 1; i <= 20; ++i) m.ttft_s.push_back(scale * i);
+  m.parts = {{"hit:host", 30}, {"miss", 10}, {"live", 40}};
+  m.prompt_tokens = 1000;
+  m.reused_tokens = 600;
+  m.bytes_sent = 1 << 20;
+  m.bytes_received = 1 << 20;
+  m.sustainable_qps = sustainable;
+  m.probes = {{1.0, scale * 10, true}, {2.0, kInf, false}};
+  m.Finish();
+  return m;
+}
+
+TraceReport FakeReport() {
+  TraceReport r;
+  r.command = "hypic-bench trace --test";
+  r.slo_s = 1.0;
+  r.trace.n_requests = 20;
+  r.modes.push_back(FakeRun("prefix", 0.3, 0.4));
+  r.modes.push_back(FakeRun("hypic", 0.1, 0.8));
+  return r;
+}
+
+TEST_CASE("report: table rows, ratios, and a JSON document that parses back") {
+  TraceReport r = FakeReport();
+  CHECK(r.modes[0].throughput_rps == doctest::Approx(2.0));
+  const std::string table = RenderTable(r);
+  CHECK(table.find("prefix") != std::string::npos);
+  CHECK(table.find("hit:host=30") != std::string::npos);
+  CHECK(table.find("75.0%") != std::string::npos);  // 30 hits of 40 segment parts
+  CHECK(table.find("p50 TTFT 3.00x lower") != std::string::npos);
+  CHECK(table.find("sustainable QPS 2.00x higher") != std::string::npos);
+
+  const auto j = nlohmann::json::parse(ToJson(r).dump());
+  REQUIRE(j["modes"].size() == 2);
+  CHECK(j["modes"][1]["mode"] == "hypic");
+  CHECK(j["modes"][1]["ttft_s"]["p50"].get<double>() == doctest::Approx(1.05));
+  CHECK(j["modes"][1]["probes"][1]["p99_s"].is_null());  // inf is not JSON
+  CHECK(j["modes"][0]["ttft_cdf"].size() == 20);
+}
+
+TEST_CASE("report: CSV files and gnuplot plots are written") {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("hypic_trace_report_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  TraceReport r = FakeReport();
+  REQUIRE_OK(WriteCsv(r, dir));
+  std::ifstream ttft(dir / "ttft.csv");
+  std::stringstream text;
+  text << ttft.rdbuf();
+  CHECK(text.str().starts_with("mode,request,ttft_s\nprefix,0,0.3\n"));
+  CHECK(std::filesystem::file_size(dir / "qps.csv") > 0);
+  CHECK(std::filesystem::file_size(dir / "summary.csv") > 0);
+
+  const Status plots = WritePlots(r, dir);
+  CHECK(std::filesystem::exists(dir / "ttft_cdf.gp"));
+  CHECK(std::filesystem::exists(dir / "p99_vs_qps.dat"));
+  if (plots.code() == StatusCode::kUnsupported) {
+    MESSAGE("gnuplot missing: " << plots.ToString());
+  } else {
+    REQUIRE_OK(plots);
+    CHECK(std::filesystem::file_size(dir / "ttft_cdf.png") > 1000);
+    CHECK(std::filesystem::file_size(dir / "p99_vs_qps.png") > 1000);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
