@@ -46,6 +46,8 @@ class ChunkKernel {
     v_new_.resize(c * wide);
     beta_.resize(c);
     b_.resize(kind_ == DecayKind::kDiag ? c * dk : c);
+    eb_.resize(b_.size());
+    eend_.resize(b_.size());
     decay_end_.resize(kind_ == DecayKind::kDiag ? dk : 1);
   }
 
@@ -117,14 +119,7 @@ class ChunkKernel {
       for (int d = 0; d < dk; ++d) {
         const int64_t i = int64_t{r} * dk + d;
         vtd_[i] = k_[i];  // raw K in double, used for the scores below
-        double eb = 1.0, eend = 1.0;
-        if (kind_ == DecayKind::kScalar) {
-          eb = std::exp(b_[r]);
-          eend = std::exp(b_[L - 1] - b_[r]);
-        } else if (kind_ == DecayKind::kDiag) {
-          eb = std::exp(b_[i]);
-          eend = std::exp(b_[int64_t{L - 1} * dk + d] - b_[i]);
-        }
+        const double eb = Factor(eb_, r, d), eend = Factor(eend_, r, d);
         wd_[i] = beta_[r] * eb * k_[i];
         khd_[i] = k_[i] * eend;
       }
@@ -168,6 +163,13 @@ class ChunkKernel {
   const float* u() const { return u_.data(); }
 
  private:
+  // Element (r, d) of a per-chunk decay factor array (1 without decay).
+  double Factor(const std::vector<double>& f, int r, int d) const {
+    if (kind_ == DecayKind::kScalar) return f[r];
+    if (kind_ == DecayKind::kDiag) return f[int64_t{r} * dk_ + d];
+    return 1.0;
+  }
+
   void BuildCumulativeDecay(const Shape& shape, const Inputs& in, int64_t t0, int h) {
     const int L = len_, dk = dk_, HV = shape.value_heads;
     if (kind_ == DecayKind::kScalar) {
@@ -177,6 +179,10 @@ class ChunkKernel {
         b_[r] = acc;
       }
       decay_end_[0] = static_cast<float>(std::exp(b_[L - 1]));
+      for (int r = 0; r < L; ++r) {
+        eb_[r] = std::exp(b_[r]);
+        eend_[r] = std::exp(b_[L - 1] - b_[r]);
+      }
     } else if (kind_ == DecayKind::kDiag) {
       for (int d = 0; d < dk; ++d) {
         double acc = 0.0;
@@ -185,6 +191,11 @@ class ChunkKernel {
           b_[int64_t{r} * dk + d] = acc;
         }
         decay_end_[d] = static_cast<float>(std::exp(b_[int64_t{L - 1} * dk + d]));
+        for (int r = 0; r < L; ++r) {
+          const int64_t i = int64_t{r} * dk + d;
+          eb_[i] = std::exp(b_[i]);
+          eend_[i] = std::exp(b_[int64_t{L - 1} * dk + d] - b_[i]);
+        }
       }
     }
   }
@@ -243,14 +254,7 @@ class ChunkKernel {
     for (int r = 0; r < L; ++r) {
       for (int d = 0; d < dk; ++d) {
         const int64_t i = int64_t{r} * dk + d;
-        double eb = 1.0, eend = 1.0;
-        if (kind_ == DecayKind::kScalar) {
-          eb = std::exp(b_[r]);
-          eend = std::exp(b_[L - 1] - b_[r]);
-        } else if (kind_ == DecayKind::kDiag) {
-          eb = std::exp(b_[i]);
-          eend = std::exp(b_[int64_t{L - 1} * dk + d] - b_[i]);
-        }
+        const double eb = Factor(eb_, r, d), eend = Factor(eend_, r, d);
         q_[i] = static_cast<float>(q_[i] * eb);
         k_hat_[i] = static_cast<float>(k_[i] * eend);
         if (delta_) w_[i] = static_cast<float>(beta_[r] * eb * k_[i]);
@@ -275,8 +279,9 @@ class ChunkKernel {
   int dk_, dv_, chunk_;
   int len_ = 0;
   std::vector<float> q_, k_, k_hat_, w_, u_, a_qk_, a_kk_, v_new_, beta_, decay_end_, scratch_;
-  // Chunk-local cumulative log-decay, kept in double: its rounding would enter every exponent.
-  std::vector<double> b_;
+  // Chunk-local cumulative log-decay b, kept in double (its rounding would enter every
+  // exponent), and the factors e^b and e^{b_L - b}: [L] for a scalar decay, [L, dk] diagonal.
+  std::vector<double> b_, eb_, eend_;
   std::vector<double> wd_, khd_, vtd_, akk_d_;
 };
 
