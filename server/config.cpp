@@ -1,0 +1,575 @@
+#include "server/config.h"
+
+#include <fmt/format.h>
+#include <sys/statvfs.h>
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+#include "gpu/backend.h"
+
+namespace hypic::server {
+
+namespace {
+
+std::string Trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return std::string(s);
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+Result<uint64_t> ParseUnsigned(std::string_view text) {
+  std::string t = Trim(text);
+  uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (t.empty() || ec != std::errc() || ptr != t.data() + t.size()) {
+    return BadRequest(fmt::format("'{}' is not a non-negative integer", t));
+  }
+  return v;
+}
+
+std::string FormatBytes(uint64_t v) {
+  static constexpr std::pair<uint64_t, const char*> kUnits[] = {
+      {1ull << 40, "TiB"}, {1ull << 30, "GiB"}, {1ull << 20, "MiB"}, {1ull << 10, "KiB"}};
+  for (const auto& [scale, name] : kUnits) {
+    if (v != 0 && v % scale == 0) return fmt::format("{}{}", v / scale, name);
+  }
+  return std::to_string(v);
+}
+
+// Builders for the key table: each returns the setter and getter for one field.
+using Setter = std::function<Status(ServerConfig&, std::string_view)>;
+using Getter = std::function<std::string(const ServerConfig&)>;
+
+ConfigKey StringKey(std::string_view name, std::string_view help, std::string ServerConfig::*field,
+                    bool secret = false) {
+  return ConfigKey{name,
+                   help,
+                   "",
+                   secret,
+                   [field](ServerConfig& c, std::string_view v) {
+                     c.*field = std::string(v);
+                     return Status::Ok();
+                   },
+                   [field, secret](const ServerConfig& c) {
+                     if (secret) return std::string((c.*field).empty() ? "" : "<set>");
+                     return c.*field;
+                   }};
+}
+
+ConfigKey U32Key(std::string_view name, std::string_view help, uint32_t ServerConfig::*field,
+                 uint32_t min_value) {
+  return ConfigKey{name,
+                   help,
+                   "",
+                   false,
+                   [field, min_value](ServerConfig& c, std::string_view v) -> Status {
+                     HYPIC_ASSIGN_OR_RETURN(uint64_t n, ParseUnsigned(v));
+                     if (n < min_value || n > std::numeric_limits<uint32_t>::max()) {
+                       return BadRequest(fmt::format("{} is out of range [{}, {}]", n, min_value,
+                                                     std::numeric_limits<uint32_t>::max()));
+                     }
+                     c.*field = static_cast<uint32_t>(n);
+                     return Status::Ok();
+                   },
+                   [field](const ServerConfig& c) { return std::to_string(c.*field); }};
+}
+
+ConfigKey BytesKey(std::string_view name, std::string_view help, uint64_t ServerConfig::*field,
+                   uint64_t min_value) {
+  return ConfigKey{name,
+                   help,
+                   "",
+                   false,
+                   [field, min_value](ServerConfig& c, std::string_view v) -> Status {
+                     HYPIC_ASSIGN_OR_RETURN(uint64_t n, ParseBytes(v));
+                     if (n < min_value) {
+                       return BadRequest(fmt::format("{} is below the minimum {}", n, min_value));
+                     }
+                     c.*field = n;
+                     return Status::Ok();
+                   },
+                   [field](const ServerConfig& c) { return FormatBytes(c.*field); }};
+}
+
+ConfigKey CapacityKey(std::string_view name, std::string_view help,
+                      std::optional<uint64_t> ServerConfig::*field) {
+  return ConfigKey{name,
+                   help,
+                   "auto",
+                   false,
+                   [field](ServerConfig& c, std::string_view v) -> Status {
+                     if (Lower(Trim(v)) == "auto") {
+                       c.*field = std::nullopt;
+                       return Status::Ok();
+                     }
+                     HYPIC_ASSIGN_OR_RETURN(uint64_t n, ParseBytes(v));
+                     c.*field = n;
+                     return Status::Ok();
+                   },
+                   [field](const ServerConfig& c) {
+                     return (c.*field).has_value() ? FormatBytes(*(c.*field)) : "auto";
+                   }};
+}
+
+ConfigKey DurationKey(std::string_view name, std::string_view help, uint32_t ServerConfig::*field) {
+  return ConfigKey{name,
+                   help,
+                   "",
+                   false,
+                   [field](ServerConfig& c, std::string_view v) -> Status {
+                     HYPIC_ASSIGN_OR_RETURN(uint32_t ms, ParseDurationMs(v));
+                     if (ms == 0) return BadRequest("a timeout of 0 is not allowed");
+                     c.*field = ms;
+                     return Status::Ok();
+                   },
+                   [field](const ServerConfig& c) { return fmt::format("{}ms", c.*field); }};
+}
+
+std::vector<ConfigKey> BuildKeys() {
+  std::vector<ConfigKey> keys;
+  keys.push_back(ConfigKey{"listen", "TCP address host:port ([v6]:port); port 0 picks a free port",
+                           "", false,
+                           [](ServerConfig& c, std::string_view v) -> Status {
+                             HYPIC_ASSIGN_OR_RETURN(c.listen, Endpoint::Parse(v));
+                             return Status::Ok();
+                           },
+                           [](const ServerConfig& c) { return c.listen.ToString(); }});
+  keys.push_back(StringKey("unix_socket",
+                           "unix socket path; empty = <data_dir>/hypicd.sock; 'off' disables",
+                           &ServerConfig::unix_socket));
+  keys.push_back(StringKey("token", "data-plane auth token sent in HELLO (required off loopback)",
+                           &ServerConfig::token, /*secret=*/true));
+  keys.push_back(StringKey("admin_token",
+                           "token for admin operations (STATS, EVICT, PIN, FLUSH, CONFIG, ...)",
+                           &ServerConfig::admin_token, /*secret=*/true));
+  keys.push_back(ConfigKey{
+      "metrics", "Prometheus endpoint host:port serving /metrics; 'off' disables", "", false,
+      [](ServerConfig& c, std::string_view v) -> Status {
+        if (Lower(Trim(v)) == "off") {
+          c.metrics.reset();
+          return Status::Ok();
+        }
+        HYPIC_ASSIGN_OR_RETURN(c.metrics, Endpoint::Parse(v));
+        return Status::Ok();
+      },
+      [](const ServerConfig& c) { return c.metrics ? c.metrics->ToString() : "off"; }});
+  keys.push_back(StringKey("ready_file",
+                           "file written once serving, with the bound addresses (for scripts)",
+                           &ServerConfig::ready_file));
+  keys.push_back(StringKey("data_dir", "directory for the SSD tier, the unix socket and the model",
+                           &ServerConfig::data_dir));
+  keys.push_back(StringKey("model", "model to serve: builtin:small or a checkpoint directory",
+                           &ServerConfig::model));
+  keys.push_back(CapacityKey("ram_capacity", "host RAM tier bytes; auto = 25% of physical RAM",
+                             &ServerConfig::ram_capacity));
+  keys.push_back(CapacityKey("ssd_capacity",
+                             "SSD tier bytes; auto = min(50GiB, 50% of the data dir's free space)",
+                             &ServerConfig::ssd_capacity));
+  keys.push_back(CapacityKey(
+      "hbm_capacity", "GPU HBM tier bytes; auto = 80% of free device memory (0 without CUDA)",
+      &ServerConfig::hbm_capacity));
+  keys.push_back(
+      U32Key("io_threads", "network threads; 0 = one per core", &ServerConfig::io_threads, 0));
+  keys.push_back(U32Key("compute_workers", "threads running PREFILL and COMPOSE",
+                        &ServerConfig::compute_workers, 1));
+  keys.push_back(U32Key("compute_queue",
+                        "compute requests waiting beyond the running ones; more get BUSY at once",
+                        &ServerConfig::compute_queue, 1));
+  keys.push_back(U32Key("max_connections",
+                        "open connections; the excess is answered BUSY and closed",
+                        &ServerConfig::max_connections, 1));
+  keys.push_back(U32Key("max_inflight_requests",
+                        "requests in flight per connection before its socket stops being read",
+                        &ServerConfig::max_inflight_requests, 1));
+  keys.push_back(BytesKey("max_inflight_bytes",
+                          "request and reply bytes held per connection before reading stops",
+                          &ServerConfig::max_inflight_bytes, 64 << 10));
+  keys.push_back(BytesKey("max_body_bytes", "largest frame body accepted (TOO_LARGE above)",
+                          &ServerConfig::max_body_bytes, 4 << 10));
+  keys.push_back(DurationKey("hello_timeout_ms", "accept until HELLO completes",
+                             &ServerConfig::hello_timeout_ms));
+  keys.push_back(DurationKey("header_timeout_ms", "first byte of a frame until its header is in",
+                             &ServerConfig::header_timeout_ms));
+  keys.push_back(BytesKey("min_body_rate",
+                          "bytes/s a frame body must at least arrive at (slow senders are closed)",
+                          &ServerConfig::min_body_rate, 1));
+  keys.push_back(DurationKey("idle_timeout_ms", "a connection with nothing in flight is closed",
+                             &ServerConfig::idle_timeout_ms));
+  keys.push_back(DurationKey("request_timeout_ms",
+                             "longest a request may run; a frame's deadline_ms can shorten it",
+                             &ServerConfig::request_timeout_ms));
+  keys.push_back(DurationKey("drain_timeout_ms",
+                             "on SIGTERM, how long in-flight requests may still finish",
+                             &ServerConfig::drain_timeout_ms));
+  keys.push_back(StringKey("log_level", "trace, debug, info, warn, error, critical or off",
+                           &ServerConfig::log_level));
+  keys.push_back(ConfigKey{"log_json", "one JSON object per log line", "", false,
+                           [](ServerConfig& c, std::string_view v) -> Status {
+                             HYPIC_ASSIGN_OR_RETURN(c.log_json, ParseBool(v));
+                             return Status::Ok();
+                           },
+                           [](const ServerConfig& c) { return c.log_json ? "true" : "false"; }});
+  // Defaults are printed from a default-constructed config, so they never go stale.
+  static const ServerConfig kDefaults;
+  static std::vector<std::string> default_texts;
+  default_texts.reserve(keys.size());
+  for (auto& k : keys) {
+    if (!k.default_text.empty()) continue;
+    default_texts.push_back(k.get(kDefaults));
+    k.default_text = default_texts.back();
+  }
+  return keys;
+}
+
+std::string EnvName(std::string_view key) {
+  std::string out = "HYPIC_";
+  for (char c : key) out += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string FlagName(std::string_view key) {
+  std::string out = "--";
+  for (char c : key) out += c == '_' ? '-' : c;
+  return out;
+}
+
+const ConfigKey* FindKey(std::string_view name) {
+  for (const auto& k : ConfigKeys()) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+Status SetKey(ServerConfig& c, const ConfigKey& key, std::string_view value,
+              std::string_view source) {
+  Status st = key.set(c, value);
+  if (!st.ok()) {
+    return BadRequest(fmt::format("config key '{}' ({}): {}", key.name, source, st.message()));
+  }
+  return Status::Ok();
+}
+
+Status ApplyTomlFile(ServerConfig& c, const std::string& path) {
+  toml::table table;
+  try {
+    table = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    return BadRequest(
+        fmt::format("config file {}:{}:{}: {}", path, where.line, where.column, e.description()));
+  } catch (const std::exception& e) {
+    return BadRequest(fmt::format("config file {}: {}", path, e.what()));
+  }
+  for (const auto& [name, node] : table) {
+    std::string key_name(name.str());
+    const ConfigKey* key = FindKey(key_name);
+    std::string source = fmt::format("file {}", path);
+    if (key == nullptr) {
+      return BadRequest(fmt::format("config key '{}' ({}): unknown key", key_name, source));
+    }
+    std::string text;
+    if (auto s = node.value_exact<std::string>()) {
+      text = *s;
+    } else if (auto i = node.value_exact<int64_t>()) {
+      if (*i < 0) {
+        return BadRequest(fmt::format("config key '{}' ({}): negative value", key_name, source));
+      }
+      text = std::to_string(*i);
+    } else if (auto b = node.value_exact<bool>()) {
+      text = *b ? "true" : "false";
+    } else {
+      return BadRequest(fmt::format(
+          "config key '{}' ({}): expected a string, an integer or a boolean", key_name, source));
+    }
+    HYPIC_RETURN_IF_ERROR(SetKey(c, *key, text, source));
+  }
+  c.config_file = path;
+  return Status::Ok();
+}
+
+// Declares every key as a string flag on `app`; `values` receives them.
+void DeclareFlags(CLI::App& app, std::string& config_file, bool& check_only,
+                  std::vector<std::string>& values, std::vector<CLI::Option*>& options) {
+  app.add_option("--config", config_file, "TOML config file (also HYPIC_CONFIG)");
+  app.add_flag("--check-config", check_only,
+               std::string("validate the configuration, print it and exit"));
+  const auto& keys = ConfigKeys();
+  values.resize(keys.size());
+  options.clear();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto& k = keys[i];
+    std::string help =
+        fmt::format("{} [{}; env {}]", k.help, k.default_text.empty() ? "\"\"" : k.default_text,
+                    EnvName(k.name));
+    options.push_back(app.add_option(FlagName(k.name), values[i], help));
+  }
+}
+
+bool IsLoopbackHost(std::string_view host) {
+  if (host == "localhost" || host == "::1") return true;
+  return host.starts_with("127.");
+}
+
+}  // namespace
+
+std::string Endpoint::ToString() const {
+  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+bool Endpoint::IsLoopback() const { return IsLoopbackHost(host); }
+
+Result<Endpoint> Endpoint::Parse(std::string_view text) {
+  std::string t = Trim(text);
+  Endpoint ep;
+  std::string_view port_text;
+  if (t.starts_with('[')) {
+    size_t close = t.find(']');
+    if (close == std::string::npos || close + 1 >= t.size() || t[close + 1] != ':') {
+      return BadRequest(fmt::format("'{}' is not [v6-address]:port", t));
+    }
+    ep.host = t.substr(1, close - 1);
+    port_text = std::string_view(t).substr(close + 2);
+  } else {
+    size_t colon = t.rfind(':');
+    if (colon == std::string::npos || t.find(':') != colon) {
+      return BadRequest(fmt::format("'{}' is not host:port", t));
+    }
+    ep.host = t.substr(0, colon);
+    port_text = std::string_view(t).substr(colon + 1);
+  }
+  if (ep.host.empty()) return BadRequest(fmt::format("'{}' has an empty host", t));
+  auto port = ParseUnsigned(port_text);
+  if (!port.ok() || *port > 65535) {
+    return BadRequest(fmt::format("'{}' has a bad port (0-65535)", t));
+  }
+  ep.port = static_cast<uint16_t>(*port);
+  return ep;
+}
+
+std::string ServerConfig::UnixSocketPath() const {
+  if (unix_socket == "off") return "";
+  if (unix_socket.empty()) return (std::filesystem::path(data_dir) / "hypicd.sock").string();
+  return unix_socket;
+}
+
+const std::vector<ConfigKey>& ConfigKeys() {
+  static const std::vector<ConfigKey> keys = BuildKeys();
+  return keys;
+}
+
+EnvLookup ProcessEnv() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+Result<uint64_t> ParseBytes(std::string_view text) {
+  std::string t = Trim(text);
+  size_t split = 0;
+  while (split < t.size() &&
+         (std::isdigit(static_cast<unsigned char>(t[split])) || t[split] == '.'))
+    ++split;
+  std::string number = t.substr(0, split);
+  std::string unit = Lower(Trim(std::string_view(t).substr(split)));
+  static const std::map<std::string, uint64_t> kUnits = {{"", 1},
+                                                         {"b", 1},
+                                                         {"k", 1ull << 10},
+                                                         {"kb", 1000},
+                                                         {"kib", 1ull << 10},
+                                                         {"m", 1ull << 20},
+                                                         {"mb", 1000000},
+                                                         {"mib", 1ull << 20},
+                                                         {"g", 1ull << 30},
+                                                         {"gb", 1000000000},
+                                                         {"gib", 1ull << 30},
+                                                         {"t", 1ull << 40},
+                                                         {"tb", 1000000000000ull},
+                                                         {"tib", 1ull << 40}};
+  auto it = kUnits.find(unit);
+  if (number.empty() || it == kUnits.end()) {
+    return BadRequest(fmt::format("'{}' is not a size (e.g. 512, 64KiB, 1.5GiB)", t));
+  }
+  if (number.find('.') == std::string::npos) {
+    HYPIC_ASSIGN_OR_RETURN(uint64_t n, ParseUnsigned(number));
+    if (n > std::numeric_limits<uint64_t>::max() / it->second) {
+      return BadRequest(fmt::format("'{}' overflows 64 bits", t));
+    }
+    return n * it->second;
+  }
+  double d = 0;
+  auto [ptr, ec] = std::from_chars(number.data(), number.data() + number.size(), d);
+  double bytes = d * static_cast<double>(it->second);
+  if (ec != std::errc() || ptr != number.data() + number.size() || !std::isfinite(bytes) ||
+      bytes >= 1.8e19) {
+    return BadRequest(fmt::format("'{}' is not a size (e.g. 512, 64KiB, 1.5GiB)", t));
+  }
+  return static_cast<uint64_t>(std::llround(bytes));
+}
+
+Result<uint32_t> ParseDurationMs(std::string_view text) {
+  std::string t = Trim(text);
+  size_t split = 0;
+  while (split < t.size() && std::isdigit(static_cast<unsigned char>(t[split]))) ++split;
+  std::string unit = Lower(std::string_view(t).substr(split));
+  uint64_t scale = 0;
+  if (unit.empty() || unit == "ms") scale = 1;
+  if (unit == "s") scale = 1000;
+  if (unit == "m" || unit == "min") scale = 60000;
+  auto n = ParseUnsigned(std::string_view(t).substr(0, split));
+  if (!n.ok() || scale == 0) {
+    return BadRequest(fmt::format("'{}' is not a duration (e.g. 250ms, 5s, 2m)", t));
+  }
+  if (*n > std::numeric_limits<uint32_t>::max() / scale) {
+    return BadRequest(fmt::format("'{}' is too long (max ~49 days)", t));
+  }
+  return static_cast<uint32_t>(*n * scale);
+}
+
+Result<bool> ParseBool(std::string_view text) {
+  std::string t = Lower(Trim(text));
+  if (t == "true" || t == "1" || t == "yes" || t == "on") return true;
+  if (t == "false" || t == "0" || t == "no" || t == "off") return false;
+  return BadRequest(fmt::format("'{}' is not a boolean (true/false)", t));
+}
+
+Result<ServerConfig> LoadConfig(const std::vector<std::string>& args, const EnvLookup& env) {
+  // Flags are parsed first (into strings) only to learn --config; they are applied last.
+  CLI::App app("hypicd");
+  std::string config_file;
+  std::vector<std::string> values;
+  std::vector<CLI::Option*> options;
+  bool check_only = false;
+  DeclareFlags(app, config_file, check_only, values, options);
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return BadRequest(fmt::format("command line: {}", e.what()));
+  }
+
+  ServerConfig c;
+  c.check_only = check_only;
+  if (config_file.empty()) config_file = env("HYPIC_CONFIG").value_or("");
+  if (!config_file.empty()) HYPIC_RETURN_IF_ERROR(ApplyTomlFile(c, config_file));
+
+  const auto& keys = ConfigKeys();
+  for (const auto& k : keys) {
+    std::string name = EnvName(k.name);
+    if (auto v = env(name)) HYPIC_RETURN_IF_ERROR(SetKey(c, k, *v, "env " + name));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (options[i]->count() > 0) {
+      HYPIC_RETURN_IF_ERROR(SetKey(c, keys[i], values[i], "flag " + FlagName(keys[i].name)));
+    }
+  }
+
+  // Cross-key rules.
+  if (!c.listen.IsLoopback() && c.token.empty()) {
+    return BadRequest(fmt::format(
+        "config key 'listen': {} is not a loopback address and no 'token' is set; set token "
+        "(HYPIC_TOKEN / --token) or listen on 127.0.0.1",
+        c.listen.ToString()));
+  }
+  if (!c.admin_token.empty() && c.admin_token == c.token) {
+    return BadRequest("config key 'admin_token': must differ from 'token'");
+  }
+  if (c.data_dir.empty()) return BadRequest("config key 'data_dir': must not be empty");
+  if (c.model.empty()) return BadRequest("config key 'model': must not be empty");
+  static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
+                                                 "error", "critical", "off"};
+  if (std::find(std::begin(kLevels), std::end(kLevels), c.log_level) == std::end(kLevels)) {
+    return BadRequest(fmt::format(
+        "config key 'log_level': '{}' is not one of trace, debug, info, warn, error, critical, off",
+        c.log_level));
+  }
+  return c;
+}
+
+std::string ConfigHelp() {
+  CLI::App app(
+      "hypicd: the hypic segment-state cache daemon. Every option is also a TOML key in the "
+      "--config file (snake_case) and an environment variable; precedence: file < env < flag.");
+  std::string config_file;
+  std::vector<std::string> values;
+  bool check_only = false;
+  std::vector<CLI::Option*> options;
+  DeclareFlags(app, config_file, check_only, values, options);
+  return app.help();
+}
+
+Status ResolveMachineDefaults(ServerConfig& c) {
+  if (!c.ram_capacity) {
+    long pages = sysconf(_SC_PHYS_PAGES);
+    long page_size = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page_size <= 0) {
+      return Internal("config key 'ram_capacity': cannot read physical memory; set it");
+    }
+    c.ram_capacity = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size) / 4;
+  }
+  if (!c.ssd_capacity) {
+    // The data dir may not exist yet: measure the nearest existing ancestor's file system.
+    std::filesystem::path p = std::filesystem::absolute(c.data_dir);
+    std::error_code ec;
+    while (!std::filesystem::exists(p, ec) && p.has_parent_path() && p != p.parent_path()) {
+      p = p.parent_path();
+    }
+    struct statvfs vfs {};
+    if (statvfs(p.c_str(), &vfs) != 0) {
+      return IoError(fmt::format("config key 'ssd_capacity': cannot stat {}; set it", p.string()));
+    }
+    uint64_t half_free = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize / 2;
+    c.ssd_capacity = std::min<uint64_t>(50ull << 30, half_free);
+  }
+  if (!c.hbm_capacity) {
+    uint64_t hbm = 0;
+    if (gpu::Backend* cuda = gpu::FindBackend(gpu::BackendKind::kCuda)) {
+      auto info = cuda->QueryDevice(0);
+      if (info.ok()) hbm = info->free_memory / 10 * 8;
+    }
+    c.hbm_capacity = hbm;
+  }
+  return Status::Ok();
+}
+
+std::string DumpConfig(const ServerConfig& c) {
+  std::string out;
+  for (const auto& k : ConfigKeys()) {
+    std::string v = k.get(c);
+    bool quoted = k.name != "log_json" && !std::all_of(v.begin(), v.end(), [](char ch) {
+                    return std::isdigit(static_cast<unsigned char>(ch));
+                  });
+    if (v.empty()) quoted = true;
+    if (!quoted) {
+      out += fmt::format("{} = {}\n", k.name, v);
+      continue;
+    }
+    std::string escaped;
+    for (char ch : v) {
+      if (ch == '"' || ch == '\\') escaped += '\\';
+      escaped += ch;
+    }
+    out += fmt::format("{} = \"{}\"\n", k.name, escaped);
+  }
+  return out;
+}
+
+}  // namespace hypic::server

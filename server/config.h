@@ -1,0 +1,120 @@
+// hypicd's configuration: one flat set of keys, read from up to three sources in increasing
+// order of precedence:
+//   1. a TOML file (--config PATH or HYPIC_CONFIG), flat `key = value` pairs;
+//   2. environment variables HYPIC_<KEY> (upper case), e.g. HYPIC_MAX_CONNECTIONS;
+//   3. command-line flags --<key-with-dashes>, e.g. --max-connections.
+// A later source overrides an earlier one key by key. Every key is documented in
+// docs/operations-server.md and in `hypicd --help`; ConfigKeys() is the single table that all
+// three sources, the help text and the CONFIG operation read, so they cannot drift apart.
+//
+// A bad value, an unknown key in the file, or an unsafe combination (a non-loopback listen
+// address without a token) stops startup with a kBadRequest Status whose message names the key
+// and the source. Tier capacities left at "auto" are sized from the machine by
+// ResolveMachineDefaults. Value types; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace hypic::server {
+
+// A TCP endpoint "host:port" ("[v6]:port" for IPv6). Port 0 asks the kernel for a free port.
+struct Endpoint {
+  std::string host;
+  uint16_t port = 0;
+
+  std::string ToString() const;
+  bool IsLoopback() const;
+  static Result<Endpoint> Parse(std::string_view text);
+};
+
+struct ServerConfig {
+  // Where the file came from ("" when none); informational.
+  std::string config_file;
+  // --check-config: validate, print the effective config, exit (a mode, not a key).
+  bool check_only = false;
+
+  // Network and auth.
+  Endpoint listen{"127.0.0.1", 7411};
+  std::string unix_socket;  // "" = <data_dir>/hypicd.sock after resolution; "off" disables
+  std::string token;        // data-plane token; required for a non-loopback listen address
+  std::string admin_token;  // admin-operation token; must differ from `token`
+  std::optional<Endpoint> metrics = Endpoint{"127.0.0.1", 9411};  // nullopt: "off"
+  std::string ready_file;  // written once serving: bound addresses, one per line
+
+  // Storage and model.
+  std::string data_dir = "./hypic-data";
+  std::string model = "builtin:small";
+  std::optional<uint64_t> ram_capacity;  // bytes; nullopt = "auto" until resolved
+  std::optional<uint64_t> ssd_capacity;
+  std::optional<uint64_t> hbm_capacity;
+
+  // Threads and queues.
+  uint32_t io_threads = 0;       // 0 = hardware concurrency
+  uint32_t compute_workers = 1;  // threads running PREFILL / COMPOSE
+  uint32_t compute_queue = 64;   // queued compute requests beyond which BUSY is answered
+
+  // Limits.
+  uint32_t max_connections = 1024;
+  uint32_t max_inflight_requests = 64;         // per connection
+  uint64_t max_inflight_bytes = 512ull << 20;  // per connection: bodies read + replies queued
+  uint64_t max_body_bytes = 256ull << 20;      // one frame's body
+  uint32_t hello_timeout_ms = 5000;            // accept -> HELLO complete
+  uint32_t header_timeout_ms = 5000;           // first byte of a frame -> header complete
+  uint64_t min_body_rate = 1ull << 20;         // bytes/s a body must arrive at, at least
+  uint32_t idle_timeout_ms = 300000;           // nothing in flight and nothing read
+  uint32_t request_timeout_ms = 30000;         // frame complete -> reply (cap of deadline_ms)
+  uint32_t drain_timeout_ms = 10000;           // SIGTERM -> in-flight work gets SHUTTING_DOWN
+
+  // Logging.
+  std::string log_level = "info";
+  bool log_json = false;
+
+  // The bound unix socket path, "" when disabled (valid after ResolveMachineDefaults).
+  std::string UnixSocketPath() const;
+};
+
+// One configuration key: its name (snake_case, as in the TOML file), help text, and how to
+// set it from text and print it. `secret` keys print as "<set>" / "".
+struct ConfigKey {
+  std::string_view name;
+  std::string_view help;
+  std::string_view default_text;
+  bool secret = false;
+  std::function<Status(ServerConfig&, std::string_view)> set;
+  std::function<std::string(const ServerConfig&)> get;
+};
+
+const std::vector<ConfigKey>& ConfigKeys();
+
+// Looks up an environment variable; returns nullopt when unset. Tests pass a map.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+EnvLookup ProcessEnv();
+
+// Reads file < env < flags. `args` excludes argv[0]. Does not resolve machine defaults, so the
+// result is deterministic for tests. Returns kBadRequest naming the key on any bad value.
+Result<ServerConfig> LoadConfig(const std::vector<std::string>& args, const EnvLookup& env);
+
+// The --help text (every key with its flag, variable and default).
+std::string ConfigHelp();
+
+// Sizes "auto" tier capacities from the machine: RAM tier 25% of physical memory, SSD tier
+// min(50 GiB, 50% of the data dir's free space), HBM tier 80% of free device memory when a
+// CUDA device is present (else 0). Also resolves the unix socket path.
+Status ResolveMachineDefaults(ServerConfig& config);
+
+// The effective configuration as `key = value` TOML lines, secrets masked (CONFIG, --check-config).
+std::string DumpConfig(const ServerConfig& config);
+
+// Value parsers, exposed for tests.
+Result<uint64_t> ParseBytes(std::string_view text);       // "512", "4KiB", "1.5GiB", "2G"
+Result<uint32_t> ParseDurationMs(std::string_view text);  // "250", "250ms", "5s", "2m"
+Result<bool> ParseBool(std::string_view text);            // true/false/1/0/yes/no/on/off
+
+}  // namespace hypic::server

@@ -1,0 +1,195 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <exception>
+#include <sstream>
+
+#include "server/config.h"
+
+namespace hypic::server {
+
+namespace {
+
+// 50 us .. ~26 s, x2 per bucket: covers a loopback PING up to a cold 32k-token COMPOSE.
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 50e-6; v < 30.0; v *= 2) b.push_back(v);
+  return b;
+}
+
+prometheus::ClientMetric Sample(const std::string& tier, double value, bool counter) {
+  prometheus::ClientMetric m;
+  m.label.push_back({"tier", tier});
+  if (counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  return m;
+}
+
+}  // namespace
+
+// Reads the store's counters at scrape time, so the store stays the single source of truth.
+class Metrics::TierCollector : public prometheus::Collectable {
+ public:
+  void Set(TierSampler sampler) { sampler_ = std::move(sampler); }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    if (!sampler_) return {};
+    std::vector<TierSample> samples = sampler_();
+    struct Spec {
+      const char* name;
+      const char* help;
+      bool counter;
+      uint64_t TierSample::*field;
+    };
+    static constexpr Spec kSpecs[] = {
+        {"hypic_tier_hits_total", "Lookups answered by this tier", true, &TierSample::hits},
+        {"hypic_tier_misses_total", "Lookups this tier could not answer", true,
+         &TierSample::misses},
+        {"hypic_tier_evictions_total", "Entries evicted from this tier", true,
+         &TierSample::evictions},
+        {"hypic_tier_checksum_failures_total",
+         "Reads that failed their checksum (served as misses)", true,
+         &TierSample::checksum_failures},
+        {"hypic_tier_bytes", "Bytes held by this tier", false, &TierSample::bytes},
+        {"hypic_tier_capacity_bytes", "Configured capacity of this tier", false,
+         &TierSample::capacity_bytes},
+        {"hypic_tier_entries", "Entries held by this tier", false, &TierSample::entries},
+    };
+    std::vector<prometheus::MetricFamily> families;
+    for (const Spec& spec : kSpecs) {
+      prometheus::MetricFamily f;
+      f.name = spec.name;
+      f.help = spec.help;
+      f.type = spec.counter ? prometheus::MetricType::Counter : prometheus::MetricType::Gauge;
+      for (const TierSample& s : samples) {
+        f.metric.push_back(Sample(s.tier, static_cast<double>(s.*spec.field), spec.counter));
+      }
+      families.push_back(std::move(f));
+    }
+    return families;
+  }
+
+ private:
+  TierSampler sampler_;
+};
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      tiers_(std::make_shared<TierCollector>()) {
+  requests_ = &prometheus::BuildCounter()
+                   .Name("hypic_requests_total")
+                   .Help("Requests answered, by opcode and status")
+                   .Register(*registry_);
+  durations_ = &prometheus::BuildHistogram()
+                    .Name("hypic_request_duration_seconds")
+                    .Help("Time from a request's last byte to its reply being queued")
+                    .Register(*registry_);
+  dropped_ = &prometheus::BuildCounter()
+                  .Name("hypic_connections_dropped_total")
+                  .Help(
+                      "Connections closed by the daemon, by reason (max_connections, deadline_*, "
+                      "bad_frame)")
+                  .Register(*registry_);
+  rejected_ = &prometheus::BuildCounter()
+                   .Name("hypic_frames_rejected_total")
+                   .Help("Malformed or disallowed frames, by decoder verdict")
+                   .Register(*registry_);
+  ttft_ = &prometheus::BuildHistogram()
+               .Name("hypic_ttft_seconds")
+               .Help("COMPOSE: time from receipt to first-token logits")
+               .Register(*registry_)
+               .Add({}, LatencyBuckets());
+  queue_depth_ = &prometheus::BuildGauge()
+                      .Name("hypic_compute_queue_depth")
+                      .Help("Compute requests queued or running")
+                      .Register(*registry_)
+                      .Add({});
+  connections_ = &prometheus::BuildGauge()
+                      .Name("hypic_connections")
+                      .Help("Open client connections")
+                      .Register(*registry_)
+                      .Add({});
+  auto& bytes = prometheus::BuildCounter()
+                    .Name("hypic_network_bytes_total")
+                    .Help("Bytes read from and written to client sockets")
+                    .Register(*registry_);
+  bytes_in_ = &bytes.Add({{"direction", "in"}});
+  bytes_out_ = &bytes.Add({{"direction", "out"}});
+}
+
+Metrics::~Metrics() = default;
+
+Result<uint16_t> Metrics::Serve(const Endpoint& endpoint) {
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(endpoint.ToString(), 1);
+    exposer_->RegisterCollectable(registry_);
+    exposer_->RegisterCollectable(tiers_);
+    auto ports = exposer_->GetListeningPorts();
+    if (ports.empty()) return IoError("metrics endpoint bound no port");
+    return static_cast<uint16_t>(ports.front());
+  } catch (const std::exception& e) {
+    exposer_.reset();
+    return IoError(fmt::format("metrics endpoint {}: {}", endpoint.ToString(), e.what()));
+  }
+}
+
+void Metrics::SetTierSampler(TierSampler sampler) { tiers_->Set(std::move(sampler)); }
+
+void Metrics::ObserveRequest(protocol::Opcode op, StatusCode status, double seconds) {
+  auto op_index = static_cast<size_t>(op) % kOpcodes;
+  auto st_index = static_cast<size_t>(status) % kStatuses;
+  auto& slot = request_series_[op_index * kStatuses + st_index];
+  prometheus::Counter* counter = slot.load(std::memory_order_acquire);
+  if (counter == nullptr) {
+    // Family::Add returns the existing series for equal labels, so a race stores the same one.
+    counter = &requests_->Add({{"opcode", std::string(protocol::OpcodeName(op))},
+                               {"status", std::string(StatusCodeName(status))}});
+    slot.store(counter, std::memory_order_release);
+  }
+  counter->Increment();
+  auto& hslot = duration_series_[op_index];
+  prometheus::Histogram* hist = hslot.load(std::memory_order_acquire);
+  if (hist == nullptr) {
+    hist = &durations_->Add({{"opcode", std::string(protocol::OpcodeName(op))}}, LatencyBuckets());
+    hslot.store(hist, std::memory_order_release);
+  }
+  hist->Observe(seconds);
+}
+
+void Metrics::ObserveTtft(double seconds) { ttft_->Observe(seconds); }
+void Metrics::SetComputeQueueDepth(int64_t depth) { queue_depth_->Set(static_cast<double>(depth)); }
+void Metrics::ConnectionOpened() { connections_->Increment(); }
+void Metrics::ConnectionClosed() { connections_->Decrement(); }
+void Metrics::ConnectionDropped(std::string_view reason) {
+  dropped_->Add({{"reason", std::string(reason)}}).Increment();
+}
+void Metrics::FrameRejected(std::string_view reason) {
+  rejected_->Add({{"reason", std::string(reason)}}).Increment();
+}
+void Metrics::AddNetworkBytes(uint64_t in, uint64_t out) {
+  if (in > 0) bytes_in_->Increment(static_cast<double>(in));
+  if (out > 0) bytes_out_->Increment(static_cast<double>(out));
+}
+
+std::string Metrics::Render() const {
+  auto families = registry_->Collect();
+  auto tier_families = tiers_->Collect();
+  families.insert(families.end(), tier_families.begin(), tier_families.end());
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, families);
+  return out.str();
+}
+
+}  // namespace hypic::server

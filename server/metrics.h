@@ -1,0 +1,105 @@
+// Metrics: hypicd's Prometheus metrics (prometheus-cpp) and the HTTP endpoint that serves them
+// on `metrics` (default 127.0.0.1:9411, path /metrics).
+//
+//   hypic_requests_total{opcode,status}            counter
+//   hypic_request_duration_seconds{opcode}          histogram (receipt -> reply queued)
+//   hypic_ttft_seconds                              histogram (COMPOSE receipt -> logits ready)
+//   hypic_compute_queue_depth                       gauge (queued + running compute requests)
+//   hypic_connections / hypic_connections_dropped_total{reason}  (refused or closed by us)
+//   hypic_frames_rejected_total{reason}             malformed input by decoder verdict
+//   hypic_network_bytes_total{direction}
+//   hypic_tier_{hits,misses,evictions}_total{tier},
+//   hypic_tier_{bytes,capacity_bytes,entries}{tier}, hypic_tier_checksum_failures_total{tier} read
+//   from the store at scrape time
+//
+// The hot-path methods are lock-free after the first use of a label set (each series is
+// created once and cached). Thread-safe. The Metrics object outlives the exposer it starts.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "protocol/frame.h"
+
+namespace prometheus {
+class Registry;
+class Exposer;
+class Counter;
+class Gauge;
+class Histogram;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace hypic::server {
+
+struct Endpoint;
+
+// One tier's counters as the store reports them (cumulative since start).
+struct TierSample {
+  std::string tier;  // "hbm", "ram", "ssd"
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t evictions = 0;
+  uint64_t checksum_failures = 0;
+  uint64_t bytes = 0;
+  uint64_t capacity_bytes = 0;
+  uint64_t entries = 0;
+};
+using TierSampler = std::function<std::vector<TierSample>()>;
+
+class Metrics {
+ public:
+  Metrics();
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Starts the HTTP endpoint. Returns the bound port (useful with port 0) or kIoError.
+  Result<uint16_t> Serve(const Endpoint& endpoint);
+
+  // The store's counters, read at every scrape. Call before Serve; not thread-safe with scrapes.
+  void SetTierSampler(TierSampler sampler);
+
+  void ObserveRequest(protocol::Opcode op, StatusCode status, double seconds);
+  void ObserveTtft(double seconds);
+  void SetComputeQueueDepth(int64_t depth);
+  void ConnectionOpened();
+  void ConnectionClosed();
+  void ConnectionDropped(std::string_view reason);
+  void FrameRejected(std::string_view reason);
+  void AddNetworkBytes(uint64_t in, uint64_t out);
+
+  // The text exposition of every metric (the same bytes /metrics returns); for tests and STATS.
+  std::string Render() const;
+
+ private:
+  class TierCollector;
+  static constexpr size_t kOpcodes = 64;
+  static constexpr size_t kStatuses = kMaxStatusCode + 1;
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<TierCollector> tiers_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+
+  prometheus::Family<prometheus::Counter>* requests_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* durations_ = nullptr;
+  prometheus::Family<prometheus::Counter>* dropped_ = nullptr;
+  prometheus::Family<prometheus::Counter>* rejected_ = nullptr;
+  prometheus::Histogram* ttft_ = nullptr;
+  prometheus::Gauge* queue_depth_ = nullptr;
+  prometheus::Gauge* connections_ = nullptr;
+  prometheus::Counter* bytes_in_ = nullptr;
+  prometheus::Counter* bytes_out_ = nullptr;
+  // Series cached per (opcode, status) and per opcode; created on first use.
+  std::array<std::atomic<prometheus::Counter*>, kOpcodes * kStatuses> request_series_{};
+  std::array<std::atomic<prometheus::Histogram*>, kOpcodes> duration_series_{};
+};
+
+}  // namespace hypic::server

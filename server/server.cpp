@@ -1,0 +1,297 @@
+#include "server/server.h"
+
+#include <fmt/format.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "core/logging.h"
+#include "server/session.h"
+
+namespace hypic::server {
+
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr auto kDrainTick = std::chrono::milliseconds(20);
+
+Result<asio::ip::address> ResolveHost(const std::string& host) {
+  if (host == "localhost") return asio::ip::make_address("127.0.0.1");
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(host, ec);
+  if (ec) {
+    return BadRequest(fmt::format("config key 'listen': '{}' is not an IP address", host));
+  }
+  return addr;
+}
+
+}  // namespace
+
+Server::Server(ServerConfig config)
+    : config_(std::move(config)),
+      tcp_acceptor_(io_),
+      unix_acceptor_(io_),
+      signals_(io_),
+      drain_timer_(io_) {}
+
+Server::~Server() {
+  // Workers may still hold requests that post into the io_context: stop them first.
+  if (compute_) compute_->Stop();
+}
+
+Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
+  std::error_code ec;
+  fs::create_directories(config.data_dir, ec);
+  if (ec) {
+    return IoError(
+        fmt::format("config key 'data_dir': cannot create {}: {}", config.data_dir, ec.message()));
+  }
+  std::unique_ptr<Server> s(new Server(std::move(config)));
+  s->metrics_ = std::make_unique<Metrics>();
+  Metrics* metrics = s->metrics_.get();
+  s->compute_ = std::make_unique<ComputeQueue>(
+      s->config_.compute_workers, s->config_.compute_queue,
+      [metrics](int64_t depth) { metrics->SetComputeQueueDepth(depth); });
+  Server* self = s.get();
+  ServerControl control{[self](const std::string& reason) { self->RequestShutdown(reason); },
+                        [self] { return self->connection_count(); }};
+  s->handlers_ =
+      std::make_unique<Handlers>(s->config_, *s->metrics_, *s->compute_, std::move(control));
+  return s;
+}
+
+Status Server::Start() {
+  // TCP listener.
+  HYPIC_ASSIGN_OR_RETURN(asio::ip::address addr, ResolveHost(config_.listen.host));
+  asio::ip::tcp::endpoint ep(addr, config_.listen.port);
+  boost::system::error_code ec;
+  tcp_acceptor_.open(ep.protocol(), ec);
+  if (!ec) tcp_acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) tcp_acceptor_.bind(ep, ec);
+  if (!ec) tcp_acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return IoError(fmt::format("config key 'listen': cannot listen on {}: {}",
+                               config_.listen.ToString(), ec.message()));
+  }
+  tcp_port_ = tcp_acceptor_.local_endpoint().port();
+
+  // Unix socket: owner-only, since a local peer may get the admin grant.
+  unix_path_ = config_.UnixSocketPath();
+  if (!unix_path_.empty()) {
+    if (unix_path_.size() >= sizeof(sockaddr_un::sun_path)) {
+      return BadRequest(fmt::format("config key 'unix_socket': '{}' is longer than {} bytes",
+                                    unix_path_, sizeof(sockaddr_un::sun_path) - 1));
+    }
+    // A live daemon on the same path must not be displaced; a stale file is removed.
+    asio::local::stream_protocol::socket probe(io_);
+    probe.connect(asio::local::stream_protocol::endpoint(unix_path_), ec);
+    if (!ec) {
+      return IoError(fmt::format("config key 'unix_socket': another daemon serves {}", unix_path_));
+    }
+    ::unlink(unix_path_.c_str());
+    mode_t old_mask = ::umask(0177);
+    unix_acceptor_.open(asio::local::stream_protocol(), ec);
+    if (!ec) unix_acceptor_.bind(asio::local::stream_protocol::endpoint(unix_path_), ec);
+    ::umask(old_mask);
+    if (!ec) unix_acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return IoError(fmt::format("config key 'unix_socket': cannot listen on {}: {}", unix_path_,
+                                 ec.message()));
+    }
+  }
+
+  uint16_t metrics_port = 0;
+  if (config_.metrics) {
+    auto port = metrics_->Serve(*config_.metrics);
+    if (!port.ok()) return port.status().WithContext("config key 'metrics'");
+    metrics_port = *port;
+  }
+
+  signals_.add(SIGINT);
+  signals_.add(SIGTERM);
+  signals_.async_wait([this](const boost::system::error_code& err, int signo) {
+    if (!err) BeginDrain(fmt::format("signal {}", signo == SIGTERM ? "SIGTERM" : "SIGINT"));
+  });
+
+  AcceptTcp();
+  if (unix_acceptor_.is_open()) AcceptUnix();
+  HYPIC_LOG_INFO("hypicd serving on {}:{}{}{} (model {}, data dir {})", config_.listen.host,
+                 tcp_port_, unix_path_.empty() ? "" : " and unix:" + unix_path_,
+                 config_.metrics ? fmt::format(", metrics on :{}", metrics_port) : "",
+                 config_.model, config_.data_dir);
+  return WriteReadyFile(metrics_port);
+}
+
+Status Server::WriteReadyFile(uint16_t metrics_port) const {
+  if (config_.ready_file.empty()) return Status::Ok();
+  std::string text = fmt::format("tcp={}:{}\n", config_.listen.host, tcp_port_);
+  if (!unix_path_.empty()) text += fmt::format("unix={}\n", unix_path_);
+  if (config_.metrics) text += fmt::format("metrics={}:{}\n", config_.metrics->host, metrics_port);
+  text += fmt::format("pid={}\n", ::getpid());
+  // Written whole then renamed, so a watcher never reads half a file.
+  std::string tmp = config_.ready_file + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << text;
+    if (!f.good()) {
+      return IoError(fmt::format("config key 'ready_file': cannot write {}", tmp));
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, config_.ready_file, ec);
+  if (ec) {
+    return IoError(fmt::format("config key 'ready_file': cannot write {}: {}", config_.ready_file,
+                               ec.message()));
+  }
+  return Status::Ok();
+}
+
+void Server::AcceptTcp() {
+  tcp_acceptor_.async_accept([this](const boost::system::error_code& ec,
+                                    asio::ip::tcp::socket socket) {
+    if (ec) {
+      if (ec == asio::error::operation_aborted || draining_) return;
+      // EMFILE and friends: keep accepting; the error is transient or the limit will show.
+      HYPIC_LOG_WARN("accept (tcp): {}", ec.message());
+    } else {
+      boost::system::error_code opt_ec;
+      socket.set_option(asio::ip::tcp::no_delay(true), opt_ec);
+      auto remote = socket.remote_endpoint(opt_ec);
+      bool local = !opt_ec && remote.address().is_loopback();
+      std::string peer =
+          opt_ec ? "tcp:?" : fmt::format("tcp:{}:{}", remote.address().to_string(), remote.port());
+      Admit(std::move(socket), local, std::move(peer));
+    }
+    if (!draining_) AcceptTcp();
+  });
+}
+
+void Server::AcceptUnix() {
+  unix_acceptor_.async_accept(
+      [this](const boost::system::error_code& ec, asio::local::stream_protocol::socket socket) {
+        if (ec) {
+          if (ec == asio::error::operation_aborted || draining_) return;
+          HYPIC_LOG_WARN("accept (unix): {}", ec.message());
+        } else {
+          Admit(std::move(socket), /*local=*/true, "unix");
+        }
+        if (!draining_) AcceptUnix();
+      });
+}
+
+template <typename ProtoSocket>
+void Server::Admit(ProtoSocket socket, bool local, std::string peer) {
+  uint64_t id = next_session_id_.fetch_add(1);
+  auto session =
+      std::make_shared<Session>(*this, asio::make_strand(io_), Session::Socket(std::move(socket)),
+                                id, local, std::move(peer));
+  bool refuse = false;
+  {
+    MutexLock lock(&mu_);
+    refuse = draining_ || sessions_.size() >= config_.max_connections;
+    if (!refuse) sessions_.emplace(id, session);
+  }
+  if (refuse) {
+    metrics_->ConnectionDropped(draining_ ? "draining" : "max_connections");
+    if (draining_) {
+      session->Refuse(StatusCode::kShuttingDown, "the daemon is shutting down");
+    } else {
+      session->Refuse(StatusCode::kBusy, fmt::format("too many connections (max_connections {})",
+                                                     config_.max_connections));
+    }
+    return;
+  }
+  session->Start();
+}
+
+void Server::Unregister(uint64_t id) {
+  MutexLock lock(&mu_);
+  sessions_.erase(id);
+}
+
+size_t Server::connection_count() const {
+  MutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+void Server::RequestShutdown(const std::string& reason) {
+  asio::post(io_, [this, reason] { BeginDrain(reason); });
+}
+
+void Server::BeginDrain(const std::string& reason) {
+  if (draining_.exchange(true)) return;
+  HYPIC_LOG_INFO("draining ({}): no new connections; in-flight requests may finish for {} ms",
+                 reason, config_.drain_timeout_ms);
+  drain_started_ = std::chrono::steady_clock::now();
+  boost::system::error_code ignored;
+  tcp_acceptor_.close(ignored);
+  if (unix_acceptor_.is_open()) {
+    unix_acceptor_.close(ignored);
+    ::unlink(unix_path_.c_str());
+  }
+  signals_.cancel(ignored);
+  compute_->Close();
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    MutexLock lock(&mu_);
+    for (auto& [id, weak] : sessions_) {
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+    }
+  }
+  for (auto& s : live) s->Drain();
+  OnDrainTick();
+}
+
+void Server::OnDrainTick() {
+  size_t open = connection_count();
+  auto elapsed = std::chrono::steady_clock::now() - drain_started_;
+  bool expired = elapsed > std::chrono::milliseconds(config_.drain_timeout_ms);
+  if (open == 0) {
+    io_.stop();
+    return;
+  }
+  if (expired) {
+    HYPIC_LOG_WARN("drain timeout: closing {} connection(s) still open", open);
+    std::vector<std::shared_ptr<Session>> live;
+    {
+      MutexLock lock(&mu_);
+      for (auto& [id, weak] : sessions_) {
+        if (auto s = weak.lock()) live.push_back(std::move(s));
+      }
+      // Sessions that are already gone but not yet unregistered must not hold the drain.
+      sessions_.clear();
+    }
+    for (auto& s : live) s->Abort();
+  }
+  drain_timer_.expires_after(kDrainTick);
+  drain_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) OnDrainTick();
+  });
+}
+
+int Server::Run() {
+  unsigned n = config_.io_threads != 0 ? config_.io_threads
+                                       : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (unsigned i = 0; i < n; ++i) threads.emplace_back([this] { io_.run(); });
+  for (auto& t : threads) t.join();
+  compute_->Stop();
+  Status flushed = handlers_->Flush();
+  if (!flushed.ok()) {
+    HYPIC_LOG_ERROR("flush at shutdown failed: {}", flushed.ToString());
+    return 1;
+  }
+  HYPIC_LOG_INFO("hypicd stopped cleanly");
+  return 0;
+}
+
+}  // namespace hypic::server

@@ -1,0 +1,90 @@
+// Server: hypicd's process-level object. It owns the io_context and its thread pool, the TCP
+// and unix-socket listeners, the sessions, the compute queue, the handlers, the store and the
+// metrics endpoint, and it runs the drain on SIGTERM/SIGINT or an admin SHUTDOWN:
+//   1. stop accepting (listeners closed, the unix socket file removed);
+//   2. every session finishes its pending requests, answers new ones SHUTTING_DOWN, and
+//      closes with GOAWAY(SHUTTING_DOWN); queued compute requests get SHUTTING_DOWN;
+//   3. after drain_timeout_ms the remaining connections are closed;
+//   4. the store is flushed and closed; Run() returns 0.
+//
+// Connections over max_connections are accepted, sent a GOAWAY(BUSY) and closed, so the
+// client learns why; existing connections are unaffected (RELIABILITY row 7).
+// Thread-safe: RequestShutdown may be called from any thread; the rest from main.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/thread_annotations.h"
+#include "server/compute_queue.h"
+#include "server/config.h"
+#include "server/handlers.h"
+#include "server/metrics.h"
+
+namespace hypic::server {
+
+class Session;
+
+class Server {
+ public:
+  // Opens the store and loads the model named by `config` (already resolved).
+  static Result<std::unique_ptr<Server>> Create(ServerConfig config);
+  ~Server();
+
+  // Binds the listeners and the metrics endpoint and writes the ready file.
+  Status Start();
+  // Serves until drained; returns the process exit code (0 after a clean drain).
+  int Run();
+  // Thread-safe: begins the drain (idempotent).
+  void RequestShutdown(const std::string& reason);
+
+  const ServerConfig& config() const { return config_; }
+  Metrics& metrics() { return *metrics_; }
+  Handlers& handlers() { return *handlers_; }
+  uint16_t tcp_port() const { return tcp_port_; }
+
+  // Session bookkeeping (called by Session on its strand).
+  void Unregister(uint64_t id);
+  size_t connection_count() const;
+
+ private:
+  explicit Server(ServerConfig config);
+  void AcceptTcp();
+  void AcceptUnix();
+  template <typename ProtoSocket>
+  void Admit(ProtoSocket socket, bool local, std::string peer);
+  void BeginDrain(const std::string& reason);
+  void OnDrainTick();
+  Status WriteReadyFile(uint16_t metrics_port) const;
+
+  // Declaration order matters: the io_context (and the sessions its handlers keep alive) is
+  // destroyed before the objects sessions call into.
+  ServerConfig config_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<ComputeQueue> compute_;
+  std::unique_ptr<Handlers> handlers_;
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor tcp_acceptor_;
+  boost::asio::local::stream_protocol::acceptor unix_acceptor_;
+  boost::asio::signal_set signals_;
+  boost::asio::steady_timer drain_timer_;
+  uint16_t tcp_port_ = 0;
+  std::string unix_path_;
+
+  std::atomic<bool> draining_{false};
+  std::chrono::steady_clock::time_point drain_started_;
+  std::atomic<uint64_t> next_session_id_{1};
+  mutable Mutex mu_;
+  std::unordered_map<uint64_t, std::weak_ptr<Session>> sessions_ GUARDED_BY(mu_);
+};
+
+}  // namespace hypic::server

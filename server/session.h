@@ -1,0 +1,138 @@
+// Session: one client connection (TCP or unix socket). Everything a Session does runs on its
+// own strand, so its state needs no lock; handlers may finish on other threads and hand their
+// Reply back through Deliver, which posts onto the strand.
+//
+// Reading: frames are decoded incrementally (protocol::ServerSession, which also owns the HELLO
+// and admission rules: tokens, admin grant, negotiated version). Frames up to
+// kSmallFrameMax are decoded in the receive buffer; a larger body is read straight into its own
+// HostBuffer, allocated only after the decoder has checked the header against the limits.
+// Before HELLO succeeds only HELLO and PING with tiny bodies are accepted.
+//
+// Backpressure: the socket is not read while the connection holds max_inflight_requests
+// requests (unanswered or with an unwritten reply) or max_inflight_bytes of request and reply
+// bytes, so a client that pipelines and never reads stops being read (RELIABILITY row 6).
+//
+// Deadlines, on one timer: HELLO (accept -> HELLO done), header (first byte of a frame ->
+// header complete), body (header + body_len / min_body_rate), idle (nothing pending and no
+// progress either way). A deadline closes the connection with a GOAWAY frame.
+//
+// Closing: a bad frame whose header can be trusted gets an error reply carrying its
+// request_id; otherwise a GOAWAY frame with the status. Either way the socket is closed after
+// the pending replies are written (at most kCloseGrace later). Drain (SIGTERM) lets pending
+// requests finish, answers new ones SHUTTING_DOWN, and closes once nothing is pending.
+#pragma once
+
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/host_buffer.h"
+#include "protocol/session.h"
+#include "server/request.h"
+
+namespace hypic::server {
+
+class Server;
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  using Socket = boost::asio::generic::stream_protocol::socket;
+  using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
+
+  // Frames up to this size are decoded in the receive buffer; larger bodies get their own.
+  static constexpr size_t kSmallFrameMax = 256 << 10;
+  static constexpr size_t kRecvInitial = 16 << 10;
+  static constexpr std::chrono::milliseconds kCloseGrace{1000};
+
+  // `local`: a unix-socket or loopback peer (matters for the admin grant without a token).
+  Session(Server& server, Strand strand, Socket socket, uint64_t id, bool local, std::string peer);
+  ~Session();
+
+  void Start();
+  // Thread-safe: queues a handler's reply for this connection.
+  void Deliver(Reply reply, uint64_t request_bytes, Clock::time_point received);
+  // Thread-safe: finish pending requests, then close with GOAWAY(SHUTTING_DOWN).
+  void Drain();
+  // Thread-safe: close the socket now.
+  void Abort();
+  // Thread-safe: answer nothing, send GOAWAY(code) and close (a refused connection).
+  void Refuse(StatusCode code, std::string why);
+
+  uint64_t id() const { return id_; }
+
+ private:
+  struct Outgoing {
+    std::array<std::byte, protocol::kHeaderSize> header;
+    Reply reply;
+    uint64_t accounted = 0;  // bytes released from inflight_bytes_ once written
+    bool counts_request = false;
+  };
+  // A frame larger than kSmallFrameMax whose body is being read into its own buffer.
+  struct LargeFrame {
+    protocol::FrameHeader header;
+    protocol::Bytes ext;
+    std::shared_ptr<HostBuffer> body;
+    size_t received = 0;
+  };
+
+  void MaybeRead();
+  void OnRead(const boost::system::error_code& ec, size_t n);
+  void ProcessBuffer();
+  bool CanDispatch() const;
+  void FinishLargeFrame();
+  void Dispatch(Request req);
+  void HandleHello(Request req);
+  void QueueReply(Reply reply, uint64_t request_bytes, bool counts_request);
+  void OnReply(Reply reply, uint64_t request_bytes, Clock::time_point received);
+  void DoWrite();
+  void OnWrite(const boost::system::error_code& ec, size_t n, size_t count);
+  void RejectFrame(protocol::DecodeStatus st, const protocol::Frame& frame);
+  void CloseAfterWrites(StatusCode code, const std::string& why);
+  void CloseNow();
+  void MaybeFinishDrain();
+  Clock::time_point NextDeadline() const;
+  void ArmTimer();
+  void OnTimer(const boost::system::error_code& ec);
+
+  Server& server_;
+  Strand strand_;
+  Socket socket_;
+  boost::asio::steady_timer timer_;
+  const uint64_t id_;
+  const bool local_;
+  const std::string peer_;
+  protocol::ServerSession proto_;  // decoder, HELLO and admission state
+
+  std::vector<std::byte> recv_;
+  size_t recv_begin_ = 0;
+  size_t recv_end_ = 0;
+  std::optional<LargeFrame> large_;
+
+  bool reading_ = false;
+  bool writing_ = false;
+  bool closing_ = false;   // no more reads; close once the write queue is empty
+  bool fin_sent_ = false;  // closing: our side is shut down, discarding input until EOF
+  bool closed_ = false;
+  bool draining_ = false;
+
+  uint32_t pending_handlers_ = 0;  // dispatched, reply not yet produced
+  uint64_t inflight_bytes_ = 0;
+  std::deque<Outgoing> out_;
+
+  Clock::time_point accepted_;
+  Clock::time_point last_progress_;
+  std::optional<Clock::time_point> frame_started_;
+  std::optional<Clock::time_point> header_done_;
+  uint64_t frame_body_len_ = 0;
+  std::optional<Clock::time_point> close_deadline_;
+  Clock::time_point armed_ = Clock::time_point::max();
+};
+
+}  // namespace hypic::server

@@ -1,0 +1,123 @@
+// Test support for end-to-end tests against the real hypicd binary:
+//   Daemon  starts $HYPIC_BIN_DIR/hypicd in a fresh temporary data dir on ephemeral ports
+//           (TCP, metrics) plus its unix socket, waits for its ready file, and stops it with a
+//           signal, returning the exit code; its log is kept for failure messages.
+//   RawConn a blocking client socket that speaks frames through protocol/ only, so tests can
+//           send exactly the bytes they want (malformed ones included) and read what comes back.
+// Not thread-safe; one RawConn per thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "protocol/decoder.h"
+#include "protocol/frame.h"
+#include "protocol/messages.h"
+
+namespace hypic::e2e {
+
+using namespace std::chrono_literals;
+
+struct DaemonOptions {
+  std::vector<std::string> args;           // extra flags
+  std::map<std::string, std::string> env;  // extra environment (HYPIC_*)
+  bool metrics = true;                     // serve /metrics on an ephemeral port
+};
+
+class Daemon {
+ public:
+  static Result<std::unique_ptr<Daemon>> Start(const DaemonOptions& options = {});
+  ~Daemon();  // SIGKILL if still running; removes the data dir
+
+  uint16_t port() const { return port_; }
+  uint16_t metrics_port() const { return metrics_port_; }
+  const std::string& unix_path() const { return unix_path_; }
+  const std::string& data_dir() const { return data_dir_; }
+  pid_t pid() const { return pid_; }
+
+  bool Alive();
+  // Sends `signo` and waits up to `timeout` for the exit; returns the exit code, or -1 when
+  // it did not exit (then it is killed) or died from a signal.
+  int Stop(int signo, std::chrono::milliseconds timeout = 15s);
+  // Waits for an exit that something else caused (e.g. an admin SHUTDOWN).
+  int WaitExit(std::chrono::milliseconds timeout);
+  // The daemon's stderr so far.
+  std::string Log() const;
+  // Resident set size in KiB, from /proc.
+  uint64_t RssKiB() const;
+
+ private:
+  Daemon() = default;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int exit_code_ = -1;
+  uint16_t port_ = 0;
+  uint16_t metrics_port_ = 0;
+  std::string unix_path_;
+  std::string data_dir_;
+};
+
+// Runs hypicd with `args` to completion (for startup-error tests); returns exit code and stderr.
+struct RunResult {
+  int exit_code = -1;
+  std::string output;
+};
+RunResult RunDaemonToExit(const std::vector<std::string>& args,
+                          const std::map<std::string, std::string>& env = {},
+                          std::chrono::milliseconds timeout = 10s);
+
+struct ReplyFrame {
+  protocol::FrameHeader header;
+  protocol::Bytes ext;
+  protocol::Bytes body;
+  StatusCode status() const { return static_cast<StatusCode>(header.status); }
+  std::string text() const {
+    return std::string(reinterpret_cast<const char*>(body.data()), body.size());
+  }
+};
+
+class RawConn {
+ public:
+  static Result<RawConn> Tcp(uint16_t port);
+  static Result<RawConn> Unix(const std::string& path);
+  RawConn(RawConn&& other) noexcept;
+  RawConn& operator=(RawConn&& other) noexcept;
+  ~RawConn();
+
+  int fd() const { return fd_; }
+  Status Send(protocol::ByteSpan bytes);
+  Status SendFrame(const protocol::FrameHeader& h, protocol::ByteSpan ext = {},
+                   protocol::ByteSpan body = {});
+  // Reads one reply frame; kDeadlineExceeded on timeout, kIoError on EOF/reset.
+  Result<ReplyFrame> Read(std::chrono::milliseconds timeout = 5s);
+  // Reads until the peer closes; true when it did within `timeout` (frames are discarded).
+  bool WaitClosed(std::chrono::milliseconds timeout);
+
+  // Request helpers: a frame with the next request id, then its reply.
+  Result<ReplyFrame> Call(protocol::Opcode op, protocol::ByteSpan body = {},
+                          protocol::ByteSpan ext = {}, Hash128 key = {},
+                          std::chrono::milliseconds timeout = 10s);
+  Result<protocol::HelloReply> Hello(const std::string& token = "",
+                                     const std::string& admin_token = "");
+  uint64_t next_id() { return ++request_id_; }
+
+ private:
+  explicit RawConn(int fd);
+  int fd_ = -1;
+  uint64_t request_id_ = 0;
+  protocol::Decoder decoder_;
+  std::vector<std::byte> buf_;
+};
+
+// Bytes of a string, for bodies.
+protocol::Bytes AsBytes(std::string_view s);
+
+}  // namespace hypic::e2e

@@ -1,0 +1,232 @@
+// End to end against the real hypicd: HELLO and version negotiation, PING, the unix socket,
+// auth and the admin token, pipelining, CONFIG/STATS, admin SHUTDOWN, metrics, and startup
+// errors (bad config, non-loopback bind without a token).
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tests/e2e/daemon.h"
+#include "tests/support/check_ok.h"
+
+namespace hypic::e2e {
+namespace {
+
+using protocol::Opcode;
+
+nlohmann::json ParseJson(const ReplyFrame& r) { return nlohmann::json::parse(r.text()); }
+
+std::string HttpGet(uint16_t port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;)
+    out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+TEST_CASE("HELLO, PING, pipelining and CONFIG over TCP and the unix socket") {
+  auto d = Daemon::Start();
+  REQUIRE_OK(d);
+  Daemon& daemon = **d;
+
+  for (bool unix_socket : {false, true}) {
+    CAPTURE(unix_socket);
+    auto conn = unix_socket ? RawConn::Unix(daemon.unix_path()) : RawConn::Tcp(daemon.port());
+    REQUIRE_OK(conn);
+    // PING is allowed before HELLO.
+    auto pong = conn->Call(Opcode::kPing, AsBytes("early"));
+    REQUIRE_OK(pong);
+    CHECK(pong->status() == StatusCode::kOk);
+    CHECK(pong->text() == "early");
+
+    auto hello = conn->Hello();
+    REQUIRE_OK(hello);
+    CHECK(hello->version == protocol::kMaxVersion);
+    CHECK(hello->server_version.find("hypicd") == 0);
+    CHECK(hello->admin);  // a local peer without an admin token configured
+    CHECK(hello->limits.max_frame_body > 0);
+    CHECK(hello->limits.max_message_bytes == hello->limits.max_frame_body);
+
+    // Pipelining: 200 PINGs sent before reading anything; every id answered once, bodies echoed.
+    std::set<uint64_t> ids;
+    for (int i = 0; i < 200; ++i) {
+      protocol::FrameHeader h;
+      h.opcode = Opcode::kPing;
+      h.request_id = 1000 + i;
+      h.checksum_kind = i % 2 ? protocol::ChecksumKind::kCrc32 : protocol::ChecksumKind::kXxh3_64;
+      auto body = AsBytes("p" + std::to_string(i));
+      REQUIRE_OK(conn->SendFrame(h, {}, body));
+      ids.insert(h.request_id);
+    }
+    for (int i = 0; i < 200; ++i) {
+      auto r = conn->Read();
+      REQUIRE_OK(r);
+      CHECK(r->status() == StatusCode::kOk);
+      CHECK(r->header.checksum_kind == (r->header.request_id % 2
+                                            ? protocol::ChecksumKind::kCrc32
+                                            : protocol::ChecksumKind::kXxh3_64));
+      CHECK(r->text() == "p" + std::to_string(r->header.request_id - 1000));
+      CHECK(ids.erase(r->header.request_id) == 1);
+    }
+    CHECK(ids.empty());
+
+    auto config = conn->Call(Opcode::kConfig);
+    REQUIRE_OK(config);
+    REQUIRE(config->status() == StatusCode::kOk);
+    auto j = ParseJson(*config);
+    CHECK(j["model"] == "builtin:small");
+    CHECK(j["data_dir"] == daemon.data_dir());
+    CHECK(j["token"] == "");
+
+    // A second HELLO is a protocol error that closes the connection.
+    auto again = conn->Call(Opcode::kHello, protocol::Encode(protocol::HelloRequest{}));
+    REQUIRE_OK(again);
+    CHECK(again->status() == StatusCode::kBadRequest);
+    CHECK(conn->WaitClosed(2s));
+  }
+
+  // Metrics: the requests above are counted by opcode and status.
+  std::string metrics = HttpGet(daemon.metrics_port(), "/metrics");
+  CHECK(metrics.find("hypic_requests_total{opcode=\"PING\",status=\"OK\"}") != std::string::npos);
+  CHECK(metrics.find("hypic_request_duration_seconds_bucket{opcode=\"HELLO\"") !=
+        std::string::npos);
+  CHECK(metrics.find("hypic_compute_queue_depth") != std::string::npos);
+  CHECK(daemon.Stop(SIGTERM) == 0);
+}
+
+TEST_CASE("tokens: data token, admin token, version mismatch") {
+  DaemonOptions opts;
+  opts.env = {{"HYPIC_TOKEN", "data-secret"}, {"HYPIC_ADMIN_TOKEN", "admin-secret"}};
+  auto d = Daemon::Start(opts);
+  REQUIRE_OK(d);
+  Daemon& daemon = **d;
+
+  {  // No token: refused, then closed.
+    auto conn = RawConn::Tcp(daemon.port());
+    REQUIRE_OK(conn);
+    auto hello = conn->Hello();
+    CHECK(hello.status().code() == StatusCode::kUnauthorized);
+    CHECK(conn->WaitClosed(2s));
+  }
+  {  // Wrong token.
+    auto conn = RawConn::Tcp(daemon.port());
+    REQUIRE_OK(conn);
+    CHECK(conn->Hello("nope").status().code() == StatusCode::kUnauthorized);
+    CHECK(conn->WaitClosed(2s));
+  }
+  {  // Requests before HELLO other than PING: refused and closed.
+    auto conn = RawConn::Tcp(daemon.port());
+    REQUIRE_OK(conn);
+    auto r = conn->Call(Opcode::kHas, protocol::Encode(protocol::HasRequest{}));
+    REQUIRE_OK(r);
+    CHECK(r->status() == StatusCode::kUnauthorized);
+    CHECK(conn->WaitClosed(2s));
+  }
+  {  // Data token: data ops work, admin ops are refused but the connection stays open.
+    auto conn = RawConn::Tcp(daemon.port());
+    REQUIRE_OK(conn);
+    auto hello = conn->Hello("data-secret");
+    REQUIRE_OK(hello);
+    CHECK_FALSE(hello->admin);
+    auto stats = conn->Call(Opcode::kStats);
+    REQUIRE_OK(stats);
+    CHECK(stats->status() == StatusCode::kUnauthorized);
+    auto ping = conn->Call(Opcode::kPing, AsBytes("still here"));
+    REQUIRE_OK(ping);
+    CHECK(ping->text() == "still here");
+  }
+  {  // Wrong admin token with a right data token: refused.
+    auto conn = RawConn::Unix(daemon.unix_path());
+    REQUIRE_OK(conn);
+    CHECK(conn->Hello("data-secret", "wrong").status().code() == StatusCode::kUnauthorized);
+  }
+  {  // The unix socket is local, but with an admin token configured it still needs it.
+    auto conn = RawConn::Unix(daemon.unix_path());
+    REQUIRE_OK(conn);
+    auto hello = conn->Hello("data-secret");
+    REQUIRE_OK(hello);
+    CHECK_FALSE(hello->admin);
+  }
+  {  // Version mismatch.
+    auto conn = RawConn::Tcp(daemon.port());
+    REQUIRE_OK(conn);
+    protocol::HelloRequest req;
+    req.min_version = protocol::kMaxVersion + 1;
+    req.max_version = protocol::kMaxVersion + 3;
+    req.token = "data-secret";
+    auto r = conn->Call(Opcode::kHello, protocol::Encode(req));
+    REQUIRE_OK(r);
+    CHECK(r->status() == StatusCode::kVersionMismatch);
+    CHECK(conn->WaitClosed(2s));
+  }
+  {  // Admin token: STATS and CONFIG; CONFIG masks the secrets.
+    auto conn = RawConn::Tcp(daemon.port());
+    REQUIRE_OK(conn);
+    auto hello = conn->Hello("data-secret", "admin-secret");
+    REQUIRE_OK(hello);
+    CHECK(hello->admin);
+    auto stats = conn->Call(Opcode::kStats);
+    REQUIRE_OK(stats);
+    REQUIRE(stats->status() == StatusCode::kOk);
+    auto j = ParseJson(*stats);
+    CHECK(j["server"]["connections"].get<int>() >= 1);
+    auto config = conn->Call(Opcode::kConfig);
+    REQUIRE_OK(config);
+    CHECK(config->text().find("admin-secret") == std::string::npos);
+    CHECK(config->text().find("data-secret") == std::string::npos);
+    CHECK(ParseJson(*config)["token"] == "<set>");
+
+    // Admin SHUTDOWN: answered, then the daemon drains and exits 0.
+    auto bye = conn->Call(Opcode::kShutdown);
+    REQUIRE_OK(bye);
+    CHECK(bye->status() == StatusCode::kOk);
+    auto goaway = conn->Read(5s);
+    REQUIRE_OK(goaway);
+    CHECK(goaway->header.opcode == Opcode::kGoAway);
+    CHECK(goaway->status() == StatusCode::kShuttingDown);
+  }
+  CHECK(daemon.WaitExit(15s) == 0);
+}
+
+TEST_CASE("startup refuses bad configuration, naming the key") {
+  auto bad = RunDaemonToExit({"--max-connections", "many"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.output.find("max_connections") != std::string::npos);
+
+  auto open = RunDaemonToExit({"--listen", "0.0.0.0:0", "--data-dir", "/tmp/unused"});
+  CHECK(open.exit_code == 2);
+  CHECK(open.output.find("token") != std::string::npos);
+
+  auto env = RunDaemonToExit({"--check-config"}, {{"HYPIC_IDLE_TIMEOUT_MS", "forever"}});
+  CHECK(env.exit_code == 2);
+  CHECK(env.output.find("HYPIC_IDLE_TIMEOUT_MS") != std::string::npos);
+
+  auto check = RunDaemonToExit({"--check-config", "--max-connections", "9"},
+                               {{"HYPIC_MAX_CONNECTIONS", "8"}});
+  CHECK(check.exit_code == 0);
+  CHECK(check.output.find("max_connections = 9") != std::string::npos);
+
+  auto help = RunDaemonToExit({"--help"});
+  CHECK(help.exit_code == 0);
+  CHECK(help.output.find("--max-inflight-bytes") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace hypic::e2e

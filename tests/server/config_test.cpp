@@ -1,0 +1,188 @@
+// Config precedence (file < env < flags), value parsing and the startup errors that must name
+// the key.
+#include "server/config.h"
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "tests/support/check_ok.h"
+
+namespace hypic::server {
+namespace {
+
+struct TempToml {
+  explicit TempToml(const std::string& text) {
+    path = std::filesystem::temp_directory_path() / ("hypicd-config-" + std::to_string(getpid()) +
+                                                     "-" + std::to_string(counter++) + ".toml");
+    std::ofstream(path) << text;
+  }
+  ~TempToml() { std::filesystem::remove(path); }
+  std::filesystem::path path;
+  static inline int counter = 0;
+};
+
+EnvLookup MapEnv(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST_CASE("defaults without any source") {
+  auto c = LoadConfig({}, MapEnv({}));
+  REQUIRE_OK(c);
+  CHECK(c->listen.ToString() == "127.0.0.1:7411");
+  CHECK(c->data_dir == "./hypic-data");
+  CHECK(c->model == "builtin:small");
+  REQUIRE(c->metrics.has_value());
+  CHECK(c->metrics->ToString() == "127.0.0.1:9411");
+  CHECK(c->UnixSocketPath() == "./hypic-data/hypicd.sock");
+  CHECK_FALSE(c->ram_capacity.has_value());
+}
+
+TEST_CASE("file < env < flags, key by key") {
+  TempToml file(
+      "max_connections = 10\n"
+      "idle_timeout_ms = \"2s\"\n"
+      "data_dir = \"/tmp/from-file\"\n"
+      "ram_capacity = \"1GiB\"\n"
+      "log_json = true\n");
+  auto env = MapEnv({{"HYPIC_CONFIG", file.path.string()},
+                     {"HYPIC_MAX_CONNECTIONS", "20"},
+                     {"HYPIC_IDLE_TIMEOUT_MS", "3s"}});
+  auto c = LoadConfig({"--max-connections", "30"}, env);
+  REQUIRE_OK(c);
+  CHECK(c->max_connections == 30);         // flag beats env and file
+  CHECK(c->idle_timeout_ms == 3000);       // env beats file
+  CHECK(c->data_dir == "/tmp/from-file");  // file beats default
+  CHECK(c->ram_capacity == (1ull << 30));
+  CHECK(c->log_json);
+  CHECK(c->config_file == file.path.string());
+
+  // --config on the command line wins over HYPIC_CONFIG.
+  TempToml other("max_connections = 7\n");
+  auto c2 =
+      LoadConfig({"--config", other.path.string()}, MapEnv({{"HYPIC_CONFIG", file.path.string()}}));
+  REQUIRE_OK(c2);
+  CHECK(c2->max_connections == 7);
+  CHECK(c2->data_dir == "./hypic-data");
+}
+
+TEST_CASE("bad values stop startup and name the key and the source") {
+  auto check_error = [](const Result<ServerConfig>& r, const std::string& needle) {
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kBadRequest);
+    INFO(r.status().message());
+    CHECK(r.status().message().find(needle) != std::string::npos);
+  };
+  check_error(LoadConfig({"--max-connections", "lots"}, MapEnv({})),
+              "'max_connections' (flag --max-connections)");
+  check_error(LoadConfig({}, MapEnv({{"HYPIC_IDLE_TIMEOUT_MS", "soon"}})),
+              "'idle_timeout_ms' (env HYPIC_IDLE_TIMEOUT_MS)");
+  check_error(LoadConfig({"--listen", "127.0.0.1"}, MapEnv({})), "'listen'");
+  check_error(LoadConfig({"--listen", "127.0.0.1:70000"}, MapEnv({})), "'listen'");
+  check_error(LoadConfig({"--max-body-bytes", "12XB"}, MapEnv({})), "'max_body_bytes'");
+  check_error(LoadConfig({"--log-level", "loud"}, MapEnv({})), "'log_level'");
+  check_error(LoadConfig({"--max-connections", "0"}, MapEnv({})), "'max_connections'");
+  check_error(LoadConfig({"--no-such-flag", "1"}, MapEnv({})), "command line");
+
+  TempToml unknown("max_conections = 5\n");
+  check_error(LoadConfig({"--config", unknown.path.string()}, MapEnv({})),
+              "'max_conections' (file");
+  TempToml typed("max_connections = 1.5\n");
+  check_error(LoadConfig({"--config", typed.path.string()}, MapEnv({})), "'max_connections'");
+  TempToml broken("max_connections = \n");
+  check_error(LoadConfig({"--config", broken.path.string()}, MapEnv({})), "config file");
+  check_error(LoadConfig({"--config", "/nonexistent/hypicd.toml"}, MapEnv({})), "config file");
+}
+
+TEST_CASE("a non-loopback bind needs a token; the admin token must differ") {
+  auto open = LoadConfig({"--listen", "0.0.0.0:7411"}, MapEnv({}));
+  REQUIRE_FALSE(open.ok());
+  CHECK(open.status().message().find("'listen'") != std::string::npos);
+  CHECK(open.status().message().find("token") != std::string::npos);
+
+  auto with_token = LoadConfig({"--listen", "0.0.0.0:7411"}, MapEnv({{"HYPIC_TOKEN", "s3cret"}}));
+  REQUIRE_OK(with_token);
+  CHECK(with_token->token == "s3cret");
+
+  auto loopback6 = LoadConfig({"--listen", "[::1]:0"}, MapEnv({}));
+  REQUIRE_OK(loopback6);
+  CHECK(loopback6->listen.host == "::1");
+  CHECK(loopback6->listen.ToString() == "[::1]:0");
+
+  auto same = LoadConfig({"--token", "a", "--admin-token", "a"}, MapEnv({}));
+  REQUIRE_FALSE(same.ok());
+  CHECK(same.status().message().find("'admin_token'") != std::string::npos);
+}
+
+TEST_CASE("value parsers") {
+  CHECK(ParseBytes("512").value() == 512);
+  CHECK(ParseBytes("4KiB").value() == 4096);
+  CHECK(ParseBytes("4k").value() == 4096);
+  CHECK(ParseBytes("2 MB").value() == 2000000);
+  CHECK(ParseBytes("1.5GiB").value() == 3ull << 29);
+  CHECK_FALSE(ParseBytes("").ok());
+  CHECK_FALSE(ParseBytes("-1").ok());
+  CHECK_FALSE(ParseBytes("99999999999999999999").ok());
+  CHECK_FALSE(ParseBytes("17000000TiB").ok());
+  CHECK(ParseDurationMs("250").value() == 250);
+  CHECK(ParseDurationMs("250ms").value() == 250);
+  CHECK(ParseDurationMs("5s").value() == 5000);
+  CHECK(ParseDurationMs("2m").value() == 120000);
+  CHECK_FALSE(ParseDurationMs("5h").ok());
+  CHECK_FALSE(ParseDurationMs("9999999999s").ok());
+  CHECK(ParseBool("yes").value());
+  CHECK_FALSE(ParseBool("off").value());
+  CHECK_FALSE(ParseBool("maybe").ok());
+  CHECK(Endpoint::Parse("localhost:1").value().IsLoopback());
+  CHECK_FALSE(Endpoint::Parse("10.0.0.1:1").value().IsLoopback());
+  CHECK_FALSE(Endpoint::Parse(":80").ok());
+  CHECK_FALSE(Endpoint::Parse("[::1]80").ok());
+}
+
+TEST_CASE("machine defaults and the dump round-trip through a file") {
+  auto c = LoadConfig({"--data-dir", "/tmp/hypicd-nonexistent/sub", "--token", "t"}, MapEnv({}));
+  REQUIRE_OK(c);
+  REQUIRE_OK(ResolveMachineDefaults(*c));
+  REQUIRE(c->ram_capacity.has_value());
+  CHECK(*c->ram_capacity > 0);
+  REQUIRE(c->ssd_capacity.has_value());
+  CHECK(*c->ssd_capacity <= (50ull << 30));
+  CHECK(c->hbm_capacity.has_value());
+
+  std::string dump = DumpConfig(*c);
+  CHECK(dump.find("token = \"<set>\"") != std::string::npos);
+  CHECK(dump.find("\"t\"") == std::string::npos);  // the secret itself never prints
+  // Every key appears in the dump and in --help.
+  std::string help = ConfigHelp();
+  for (const auto& k : ConfigKeys()) {
+    CHECK(dump.find(std::string(k.name) + " = ") != std::string::npos);
+    std::string flag = "--" + std::string(k.name);
+    for (char& ch : flag) ch = ch == '_' ? '-' : ch;
+    CHECK(help.find(flag) != std::string::npos);
+  }
+
+  // The dump (less the masked secrets) is a valid config file that reproduces the values.
+  std::string reloadable;
+  for (size_t pos = 0; pos < dump.size();) {
+    size_t end = dump.find('\n', pos);
+    std::string line = dump.substr(pos, end - pos);
+    pos = end + 1;
+    if (!line.starts_with("token") && !line.starts_with("admin_token")) reloadable += line + "\n";
+  }
+  TempToml file(reloadable);
+  auto again = LoadConfig({"--config", file.path.string(), "--token", "t"}, MapEnv({}));
+  REQUIRE_OK(again);
+  CHECK(again->ram_capacity == c->ram_capacity);
+  CHECK(DumpConfig(*again) == dump);
+}
+
+}  // namespace
+}  // namespace hypic::server
