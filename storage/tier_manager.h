@@ -1,0 +1,243 @@
+// TierManager: the store's policy layer over up to three tiers (HBM -> host RAM -> SSD).
+//
+// - Placement: Put stores a new entry in the configured tier (host by default), falling back to
+//   the next slower tier when every entry there is pinned.
+// - Promotion on read: an SSD hit is copied into host RAM (and counted as a promotion).
+// - Demotion: an entry evicted from a memory tier is written back to the next slower tier when
+//   the admission policy allows (by default: only entries read at least once).
+// - Eviction per tier, LRU or cost-aware (lowest (tokens x layers) x (hits+1) / bytes first);
+//   expired entries go first. Pinned entries are never evicted: explicit pins (Pin/Unpin) and
+//   in-flight pins (the PinSet that Probe returns).
+// - TTL per entry; namespaces are part of the key, and Evict/List can filter by namespace.
+// - Capacity is a hard bound per tier: a tier's usage never exceeds its capacity.
+//
+// Ownership: the manager owns its tiers. Get returns an EntryHandle that keeps the bytes alive
+// while the caller reads or sends them. Thread-safe, with many concurrent readers: one mutex
+// guards the index and the memory tiers' bookkeeping; SSD reads and writes (the slow I/O) run
+// outside it, so RAM hits never wait for the disk. Nothing throws.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/thread_annotations.h"
+#include "storage/tier.h"
+
+namespace hypic::storage {
+
+enum class EvictionPolicy : uint8_t { kLru = 0, kCostAware = 1 };
+
+struct TierManagerOptions {
+  EvictionPolicy policy = EvictionPolicy::kLru;
+  // Where Put places new entries. A missing tier falls through to the next slower one.
+  TierKind placement = TierKind::kHost;
+  // Admission for write-back demotion: an entry evicted from a memory tier is written to the
+  // tier below only when it was read at least this many times (0: always). Disabled entirely
+  // when `demote` is false.
+  bool demote = true;
+  uint32_t demote_min_hits = 1;
+  // TTL for entries put without one; zero: no expiry.
+  std::chrono::milliseconds default_ttl{0};
+};
+
+struct PutOptions {
+  std::chrono::milliseconds ttl{0};  // zero: the manager's default
+  bool pin = false;                  // explicit pin (Unpin releases it)
+};
+
+// What Get returns: host bytes (copied back and verified from a device tier when needed), or
+// whatever the fastest tier holds (a device handle from HBM).
+enum class Access : uint8_t { kHostBytes = 0, kAny = 1 };
+
+struct TierStats {
+  TierKind kind = TierKind::kHost;
+  TierCounters counters;
+};
+
+struct EntryListing {
+  EntryInfo info;
+  TierKind tier = TierKind::kHost;  // the fastest tier that holds it
+  uint8_t tier_mask = 0;            // bit (1 << TierKind) per tier holding it
+  uint64_t hits = 0;
+  std::chrono::system_clock::time_point last_access;
+  uint32_t inflight_pins = 0;
+  bool pinned = false;
+  std::optional<std::chrono::milliseconds> ttl_left;  // nullopt: no expiry
+};
+
+// What Evict drops. Empty fields match everything; `max_bytes` = 0 means no limit. Pinned
+// entries are skipped and counted.
+struct EvictRequest {
+  std::optional<SegmentKey> key;
+  std::optional<std::string> name_space;
+  std::optional<TierKind> tier;  // drop only this tier's copies (no demotion)
+  uint64_t max_bytes = 0;
+  bool expired_only = false;
+};
+
+struct EvictResult {
+  uint64_t entries = 0;  // tier copies dropped
+  uint64_t bytes = 0;
+  uint64_t skipped_pinned = 0;
+};
+
+class TierManager;
+
+// In-flight pins taken by Probe: released when the PinSet is destroyed. Move-only.
+// REQUIRES: the manager outlives the PinSet.
+class PinSet {
+ public:
+  PinSet() = default;
+  ~PinSet();
+  PinSet(PinSet&& other) noexcept;
+  PinSet& operator=(PinSet&& other) noexcept;
+  PinSet(const PinSet&) = delete;
+  PinSet& operator=(const PinSet&) = delete;
+
+  size_t size() const { return pins_.size(); }
+  void Release();
+
+ private:
+  friend class TierManager;
+  TierManager* manager_ = nullptr;
+  std::vector<std::pair<SegmentKey, uint64_t>> pins_;  // key, item generation
+};
+
+struct ProbeResult {
+  std::vector<std::optional<TierKind>> tiers;  // per key: the fastest tier, or nullopt (miss)
+  PinSet pins;                                 // the hits, pinned until released
+};
+
+class TierManager {
+ public:
+  // Any tier may be null. The index is rebuilt from the SSD tier's stored headers.
+  // REQUIRES: each tier's kind() matches its position.
+  static Result<std::unique_ptr<TierManager>> Create(TierManagerOptions options,
+                                                     std::unique_ptr<Tier> hbm,
+                                                     std::unique_ptr<Tier> host,
+                                                     std::unique_ptr<Tier> ssd);
+  ~TierManager();
+  TierManager(const TierManager&) = delete;
+  TierManager& operator=(const TierManager&) = delete;
+
+  // Stores a serialized entry. Verifies the bytes first (kBadChecksum / kCorruption /
+  // kVersionMismatch). An entry already present is not written again (keys are content
+  // addresses); its TTL and pin are refreshed. kNoSpace when no tier can take it.
+  Status Put(std::shared_ptr<const HostBuffer> bytes, const PutOptions& options = {});
+
+  // kNotFound on a miss (including an expired entry or a stored copy that failed its checksum:
+  // those are counted and dropped, never returned).
+  Result<EntryHandle> Get(const SegmentKey& key, Access access = Access::kHostBytes);
+
+  // The fastest tier of each key, in one call; hits are pinned until `pins` is released.
+  ProbeResult Probe(std::span<const SegmentKey> keys, bool pin_hits = true);
+
+  // Explicit pins. kNotFound when the key is not stored.
+  Status Pin(const SegmentKey& key);
+  Status Unpin(const SegmentKey& key);
+
+  EvictResult Evict(const EvictRequest& request);
+
+  // Writes every entry that lives only in memory to the SSD tier and flushes it (shutdown,
+  // admin FLUSH). No-op without an SSD tier.
+  Status Flush();
+
+  // Per present tier, fastest first.
+  std::vector<TierStats> Stats() const;
+
+  // ls-style enumeration, ordered by key; at most `limit` entries (0: all).
+  std::vector<EntryListing> List(const std::optional<std::string>& name_space = std::nullopt,
+                                 size_t limit = 0) const;
+
+  bool HasTier(TierKind kind) const { return tiers_[Index(kind)] != nullptr; }
+  // REQUIRES: HasTier(kind). For tests and tools that inspect one tier.
+  Tier& tier(TierKind kind) { return *tiers_[Index(kind)]; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  struct Item {
+    EntryInfo info;
+    uint64_t gen = 0;
+    uint8_t mask = 0;  // tiers holding a copy
+    uint64_t hits = 0;
+    uint64_t last_tick = 0;
+    std::chrono::system_clock::time_point last_access;
+    std::optional<Clock::time_point> expires;
+    uint32_t inflight_pins = 0;
+    bool pinned = false;
+    // Bytes on their way to the SSD tier (write-back or SSD placement); served by Get meanwhile.
+    EntryHandle pending;
+  };
+
+  // An SSD write decided under the lock and performed outside it.
+  struct WriteBack {
+    SegmentKey key;
+    uint64_t gen = 0;
+    EntryHandle entry;
+    bool demotion = true;
+  };
+
+  struct PerTier {
+    uint64_t hits = 0, misses = 0, evictions = 0, promotions = 0, demotions = 0;
+    uint64_t checksum_failures = 0;  // device copies that failed Verify
+  };
+
+  TierManager(TierManagerOptions options, std::array<std::unique_ptr<Tier>, kNumTierKinds> tiers);
+
+  static constexpr size_t Index(TierKind k) { return static_cast<size_t>(k); }
+  static constexpr uint8_t Bit(TierKind k) { return static_cast<uint8_t>(1u << Index(k)); }
+  Tier* TierAt(TierKind k) const { return tiers_[Index(k)].get(); }
+  // The next slower present tier, or nullopt.
+  std::optional<TierKind> Below(TierKind k) const;
+
+  bool Expired(const Item& item, Clock::time_point now) const;
+  bool Pinned(const Item& item) const { return item.pinned || item.inflight_pins > 0; }
+  void Touch(Item& item) REQUIRES(mu_);
+
+  // Frees space in memory tier `t` until `bytes` more fit, evicting (and demoting) victims.
+  // kNoSpace when the remaining entries are pinned or the entry is bigger than the tier.
+  Status MakeRoomLocked(TierKind t, uint64_t bytes, std::vector<WriteBack>* out) REQUIRES(mu_);
+  // Picks the eviction victim of tier `t` by policy, skipping pinned entries; end() if none.
+  std::unordered_map<SegmentKey, Item, SegmentKeyHasher>::iterator PickVictimLocked(TierKind t)
+      REQUIRES(mu_);
+  // Drops item's copy in tier `t`, demoting it first when `demote` and the admission allows.
+  // May erase the item (invalidating `it`).
+  void EvictFromTierLocked(std::unordered_map<SegmentKey, Item, SegmentKeyHasher>::iterator it,
+                           TierKind t, bool demote, std::vector<WriteBack>* out) REQUIRES(mu_);
+  // Inserts `entry` into memory tier `t` after making room; sets the item's bit.
+  Status PlaceLocked(Item& item, TierKind t, const TierEntry& entry, std::vector<WriteBack>* out)
+      REQUIRES(mu_);
+  // Drops an item from every tier.
+  void EraseLocked(std::unordered_map<SegmentKey, Item, SegmentKeyHasher>::iterator it)
+      REQUIRES(mu_);
+  void EraseIfEmptyLocked(std::unordered_map<SegmentKey, Item, SegmentKeyHasher>::iterator it)
+      REQUIRES(mu_);
+
+  // Performs SSD writes outside the lock. Returns the status of the write of `watch` (the Put's
+  // own entry when it was placed on SSD), OK otherwise.
+  Status RunWriteBacks(std::vector<WriteBack> writes, const SegmentKey* watch) EXCLUDES(mu_);
+  Status WriteToSsd(const WriteBack& wb) EXCLUDES(mu_);
+
+  void ReleasePins(const std::vector<std::pair<SegmentKey, uint64_t>>& pins) EXCLUDES(mu_);
+  friend class PinSet;
+
+  const TierManagerOptions options_;
+  const std::array<std::unique_ptr<Tier>, kNumTierKinds> tiers_;
+
+  mutable Mutex mu_;
+  std::unordered_map<SegmentKey, Item, SegmentKeyHasher> items_ GUARDED_BY(mu_);
+  std::array<PerTier, kNumTierKinds> per_tier_ GUARDED_BY(mu_);
+  uint64_t next_gen_ GUARDED_BY(mu_) = 1;
+  uint64_t tick_ GUARDED_BY(mu_) = 0;
+  uint64_t ssd_reserved_ GUARDED_BY(mu_) = 0;  // bytes of SSD writes in flight
+};
+
+}  // namespace hypic::storage

@@ -1,0 +1,373 @@
+// TierManager: placement, promotion on read, write-back demotion behind the admission policy,
+// LRU and cost-aware eviction, pins (explicit and in-flight), TTL, namespaces, Probe, Evict,
+// Flush, restart from the SSD tier, the hard capacity bound at 2x fill, and a concurrent run
+// checked against the expected bytes of every key.
+#include "storage/tier_manager.h"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "core/hash.h"
+#include "storage/hbm_tier.h"
+#include "storage/host_tier.h"
+#include "storage/rocks_tier.h"
+#include "tests/storage/storage_test_util.h"
+#include "tests/support/seeded_rng.h"
+
+namespace hypic::storage {
+namespace {
+
+using testing::EntryBytes;
+using testing::KeyOf;
+using testing::SameBytes;
+using testing::TempDir;
+
+constexpr uint64_t kSize = 16 << 10;
+
+template <typename F>
+EvictRequest Req(F set) {
+  EvictRequest r;
+  set(r);
+  return r;
+}
+
+PutOptions Pinned() {
+  PutOptions o;
+  o.pin = true;
+  return o;
+}
+
+PutOptions Ttl(std::chrono::milliseconds ttl) {
+  PutOptions o;
+  o.ttl = ttl;
+  return o;
+}
+
+uint64_t EntrySize() { return EntryBytes(0)->size(); }
+
+std::unique_ptr<Tier> Ssd(const TempDir& dir, uint64_t capacity) {
+  RocksTierOptions o;
+  o.path = dir.Sub("ssd");
+  o.capacity = capacity;
+  auto t = RocksTier::Open(o);
+  REQUIRE_OK(t);
+  return std::move(*t);
+}
+
+std::unique_ptr<TierManager> Manager(TierManagerOptions o, uint64_t host_entries,
+                                     std::unique_ptr<Tier> ssd = nullptr,
+                                     std::unique_ptr<Tier> hbm = nullptr) {
+  auto m = TierManager::Create(
+      o, std::move(hbm), std::make_unique<HostTier>(host_entries * EntrySize()), std::move(ssd));
+  REQUIRE_OK(m);
+  return std::move(*m);
+}
+
+const TierCounters& CountersOf(const std::vector<TierStats>& stats, TierKind k) {
+  for (const auto& s : stats) {
+    if (s.kind == k) return s.counters;
+  }
+  FAIL("tier missing from Stats");
+  return stats.front().counters;
+}
+
+TEST_CASE("put then get: a host hit with the same bytes; unknown keys miss") {
+  auto m = Manager({}, 4);
+  auto a = EntryBytes(1);
+  CHECK_OK(m->Put(a));
+  auto got = m->Get(KeyOf(1));
+  REQUIRE_OK(got);
+  CHECK(SameBytes(*got, *a));
+  CHECK(m->Get(KeyOf(2)).status().code() == StatusCode::kNotFound);
+  SegmentKey keys[] = {KeyOf(1), KeyOf(2)};
+  auto probe = m->Probe(keys);
+  REQUIRE(probe.tiers.size() == 2);
+  CHECK(probe.tiers[0] == TierKind::kHost);
+  CHECK(!probe.tiers[1].has_value());
+  CHECK(probe.pins.size() == 1);
+  auto host = CountersOf(m->Stats(), TierKind::kHost);
+  CHECK(host.hits == 1);
+  CHECK(host.misses == 1);
+  CHECK(host.entries == 1);
+  CHECK(host.bytes == a->size());
+}
+
+TEST_CASE("put refuses bytes that fail verification") {
+  auto m = Manager({}, 4);
+  auto copy = HostBuffer::CopyOf(EntryBytes(1)->span());
+  REQUIRE_OK(copy);
+  copy->data()[copy->size() - 100] ^= std::byte{1};
+  CHECK(m->Put(std::make_shared<const HostBuffer>(std::move(*copy))).code() ==
+        StatusCode::kBadChecksum);
+  CHECK(m->List().empty());
+}
+
+TEST_CASE("LRU eviction demotes to SSD; an SSD hit is promoted back") {
+  TempDir dir;
+  TierManagerOptions o;
+  o.demote_min_hits = 0;  // admit every evicted entry to the SSD
+  auto m = Manager(o, 3, Ssd(dir, 100 * EntrySize()));
+  for (uint64_t s = 1; s <= 6; ++s) CHECK_OK(m->Put(EntryBytes(s)));
+  SegmentKey keys[] = {KeyOf(1), KeyOf(2), KeyOf(3), KeyOf(4), KeyOf(5), KeyOf(6)};
+  auto probe = m->Probe(keys, /*pin_hits=*/false);
+  for (int i = 0; i < 3; ++i) CHECK(probe.tiers[i] == TierKind::kSsd);
+  for (int i = 3; i < 6; ++i) CHECK(probe.tiers[i] == TierKind::kHost);
+  auto got = m->Get(KeyOf(1));
+  REQUIRE_OK(got);
+  CHECK(SameBytes(*got, *EntryBytes(1)));
+  auto stats = m->Stats();
+  CHECK(CountersOf(stats, TierKind::kSsd).hits == 1);
+  CHECK(CountersOf(stats, TierKind::kHost).promotions == 1);
+  CHECK(CountersOf(stats, TierKind::kHost).evictions == 4);  // 3 at fill + 1 for the promotion
+  CHECK(CountersOf(stats, TierKind::kSsd).demotions == 4);
+  CHECK(m->Probe(keys, false).tiers[0] == TierKind::kHost);
+}
+
+TEST_CASE("admission: by default only entries read at least once are demoted") {
+  TempDir dir;
+  auto m = Manager({}, 2, Ssd(dir, 100 * EntrySize()));
+  CHECK_OK(m->Put(EntryBytes(1)));
+  CHECK_OK(m->Put(EntryBytes(2)));
+  CHECK_OK(m->Get(KeyOf(2)));       // read once: admitted when evicted
+  CHECK_OK(m->Put(EntryBytes(3)));  // evicts 1 (LRU, never read): dropped
+  CHECK_OK(m->Put(EntryBytes(4)));  // evicts 2: demoted
+  CHECK(m->Get(KeyOf(1)).status().code() == StatusCode::kNotFound);
+  SegmentKey k2[] = {KeyOf(2)};
+  CHECK(m->Probe(k2, false).tiers[0] == TierKind::kSsd);
+}
+
+TEST_CASE("cost-aware eviction keeps the expensive entry, LRU keeps the recent one") {
+  auto run = [](EvictionPolicy policy) {
+    TierManagerOptions o;
+    o.policy = policy;
+    auto cheap = MakeSyntheticEntry({1, "t", kSize, 16});
+    auto dear = MakeSyntheticEntry({2, "t", kSize, 2000});
+    REQUIRE_OK(cheap);
+    REQUIRE_OK(dear);
+    auto cheap_b = Serialize(**cheap), dear_b = Serialize(**dear);
+    REQUIRE_OK(cheap_b);
+    REQUIRE_OK(dear_b);
+    auto m = TierManager::Create(
+        o, nullptr, std::make_unique<HostTier>((*cheap_b)->size() + (*dear_b)->size() + 100),
+        nullptr);
+    REQUIRE_OK(m);
+    CHECK_OK((*m)->Put(*dear_b));   // older
+    CHECK_OK((*m)->Put(*cheap_b));  // newer
+    auto third = EntryBytes(3, 1024);
+    CHECK_OK((*m)->Put(third));
+    SegmentKey keys[] = {(*dear)->key(), (*cheap)->key()};
+    auto p = (*m)->Probe(keys, false);
+    return std::make_pair(p.tiers[0].has_value(), p.tiers[1].has_value());
+  };
+  CHECK(run(EvictionPolicy::kLru) == std::make_pair(false, true));
+  CHECK(run(EvictionPolicy::kCostAware) == std::make_pair(true, false));
+}
+
+TEST_CASE("pinned entries are never evicted; a full pinned tier falls through or refuses") {
+  TempDir dir;
+  auto m = Manager({}, 2);
+  CHECK_OK(m->Put(EntryBytes(1), Pinned()));
+  CHECK_OK(m->Put(EntryBytes(2)));
+  SegmentKey k2[] = {KeyOf(2)};
+  {
+    auto probe = m->Probe(k2);  // in-flight pin on 2
+    CHECK(probe.pins.size() == 1);
+    CHECK(m->Put(EntryBytes(3)).code() == StatusCode::kNoSpace);
+  }
+  CHECK_OK(m->Put(EntryBytes(3)));  // the probe's pin is gone: 2 is evicted
+  CHECK(m->Get(KeyOf(2)).status().code() == StatusCode::kNotFound);
+  CHECK_OK(m->Get(KeyOf(1)));
+  CHECK_OK(m->Unpin(KeyOf(1)));
+  CHECK(m->Pin(KeyOf(99)).code() == StatusCode::kNotFound);
+
+  auto with_ssd = Manager({}, 1, Ssd(dir, 10 * EntrySize()));
+  CHECK_OK(with_ssd->Put(EntryBytes(1), Pinned()));
+  CHECK_OK(with_ssd->Put(EntryBytes(2)));  // host is pinned full: placed on SSD
+  SegmentKey keys[] = {KeyOf(1), KeyOf(2)};
+  auto p = with_ssd->Probe(keys, false);
+  CHECK(p.tiers[0] == TierKind::kHost);
+  CHECK(p.tiers[1] == TierKind::kSsd);
+  auto listing = with_ssd->List();
+  REQUIRE(listing.size() == 2);
+  CHECK((listing[0].pinned || listing[1].pinned));
+}
+
+TEST_CASE("TTL: an expired entry is a miss and the first to go") {
+  auto m = Manager({}, 4);
+  CHECK_OK(m->Put(EntryBytes(1), Ttl(std::chrono::milliseconds(1))));
+  CHECK_OK(m->Put(EntryBytes(2), Ttl(std::chrono::hours(1))));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto listing = m->List();
+  REQUIRE(listing.size() == 2);
+  CHECK(m->Get(KeyOf(1)).status().code() == StatusCode::kNotFound);
+  CHECK_OK(m->Get(KeyOf(2)));
+  auto l = m->List();
+  REQUIRE(l.size() == 1);
+  REQUIRE(l[0].ttl_left.has_value());
+  CHECK(l[0].ttl_left->count() > 0);
+}
+
+TEST_CASE("namespaces: eviction and listing by namespace") {
+  auto m = Manager({}, 8);
+  CHECK_OK(m->Put(EntryBytes(1, kSize, "a")));
+  CHECK_OK(m->Put(EntryBytes(2, kSize, "a")));
+  CHECK_OK(m->Put(EntryBytes(1, kSize, "b")));  // same tokens, other tenant: another key
+  CHECK(KeyOf(1, kSize, "a") != KeyOf(1, kSize, "b"));
+  CHECK(m->List(std::string("a")).size() == 2);
+  auto r = m->Evict(Req([](EvictRequest& q) { q.name_space = "a"; }));
+  CHECK(r.entries == 2);
+  CHECK(m->List().size() == 1);
+  CHECK_OK(m->Get(KeyOf(1, kSize, "b")));
+}
+
+TEST_CASE("evict by key, by tier and by bytes; pinned entries are skipped") {
+  TempDir dir;
+  TierManagerOptions o;
+  o.demote_min_hits = 0;
+  auto m = Manager(o, 2, Ssd(dir, 100 * EntrySize()));
+  for (uint64_t s = 1; s <= 4; ++s) CHECK_OK(m->Put(EntryBytes(s)));  // 1, 2 on SSD
+  CHECK_OK(m->Pin(KeyOf(4)));
+  auto r = m->Evict(Req([](EvictRequest& q) { q.tier = TierKind::kSsd; }));
+  CHECK(r.entries == 2);
+  CHECK(m->Get(KeyOf(1)).status().code() == StatusCode::kNotFound);
+  r = m->Evict(Req([](EvictRequest& q) { q.key = KeyOf(4); }));
+  CHECK(r.skipped_pinned == 1);
+  CHECK(r.entries == 0);
+  r = m->Evict(Req([](EvictRequest& q) { q.max_bytes = 1; }));
+  CHECK(r.entries == 1);  // one entry frees at least one byte
+  CHECK(m->List().size() == 1);
+}
+
+TEST_CASE("flush writes memory-only entries to SSD, and a restart finds them") {
+  TempDir dir;
+  {
+    auto m = Manager({}, 8, Ssd(dir, 100 * EntrySize()));
+    for (uint64_t s = 1; s <= 3; ++s) CHECK_OK(m->Put(EntryBytes(s)));
+    CHECK(CountersOf(m->Stats(), TierKind::kSsd).entries == 0);
+    CHECK_OK(m->Flush());
+    CHECK(CountersOf(m->Stats(), TierKind::kSsd).entries == 3);
+  }
+  auto m = Manager({}, 8, Ssd(dir, 100 * EntrySize()));
+  CHECK(m->List().size() == 3);
+  for (uint64_t s = 1; s <= 3; ++s) {
+    auto got = m->Get(KeyOf(s));
+    REQUIRE_OK(got);
+    CHECK(SameBytes(*got, *EntryBytes(s)));
+  }
+}
+
+TEST_CASE("SSD placement, and HBM above host (CPU backend as the device)") {
+  TempDir dir;
+  TierManagerOptions o;
+  o.placement = TierKind::kHbm;
+  auto hbm = HbmTier::Create(gpu::CpuBackend(), 0, 2 * EntrySize());
+  REQUIRE_OK(hbm);
+  o.demote_min_hits = 0;
+  auto m = Manager(o, 2, Ssd(dir, 100 * EntrySize()), std::move(*hbm));
+  for (uint64_t s = 1; s <= 5; ++s) CHECK_OK(m->Put(EntryBytes(s)));
+  SegmentKey keys[] = {KeyOf(1), KeyOf(2), KeyOf(3), KeyOf(4), KeyOf(5)};
+  auto p = m->Probe(keys, false);
+  CHECK(p.tiers[0] == TierKind::kSsd);
+  CHECK(p.tiers[1] == TierKind::kHost);
+  CHECK(p.tiers[2] == TierKind::kHost);
+  CHECK(p.tiers[3] == TierKind::kHbm);
+  CHECK(p.tiers[4] == TierKind::kHbm);
+  auto dev = m->Get(KeyOf(5), Access::kAny);
+  REQUIRE_OK(dev);
+  CHECK((*dev)->device != nullptr);
+  auto host = m->Get(KeyOf(5));  // copied back and verified
+  REQUIRE_OK(host);
+  CHECK(SameBytes(*host, *EntryBytes(5)));
+  for (uint64_t s = 1; s <= 5; ++s) {
+    auto got = m->Get(KeyOf(s));
+    REQUIRE_OK(got);
+    CHECK(SameBytes(*got, *EntryBytes(s)));
+  }
+}
+
+TEST_CASE("filling each tier to twice its capacity never exceeds it") {
+  TempDir dir;
+  TierManagerOptions o;
+  o.demote_min_hits = 0;
+  const uint64_t host_cap = 5 * EntrySize() + 123;
+  const uint64_t ssd_cap = 9 * EntrySize() + 77;
+  RocksTierOptions ro;
+  ro.path = dir.Sub("ssd");
+  ro.capacity = ssd_cap;
+  auto ssd = RocksTier::Open(ro);
+  REQUIRE_OK(ssd);
+  auto m = TierManager::Create(o, nullptr, std::make_unique<HostTier>(host_cap), std::move(*ssd));
+  REQUIRE_OK(m);
+  ::hypic::testing::SeededRng rng(5);
+  uint64_t put_bytes = 0;
+  uint64_t largest = 0;
+  for (uint64_t s = 1; put_bytes < 2 * (host_cap + ssd_cap); ++s) {
+    auto b = EntryBytes(s, rng.UniformInt(4 << 10, 24 << 10));
+    largest = std::max<uint64_t>(largest, b->size());
+    put_bytes += b->size();
+    CHECK_OK((*m)->Put(b));
+    if (s % 3 == 0) (void)(*m)->Get(KeyOf(s - 1, 0));
+    for (const auto& st : (*m)->Stats()) {
+      CHECK(st.counters.bytes <= st.counters.capacity);
+    }
+  }
+  for (const auto& st : (*m)->Stats()) {
+    CHECK(st.counters.bytes + largest > st.counters.capacity);  // and it was really full
+  }
+}
+
+TEST_CASE("concurrent readers and writers only ever see the bytes that were put") {
+  TempDir dir;
+  TierManagerOptions o;
+  o.demote_min_hits = 0;
+  auto m = Manager(o, 6, Ssd(dir, 12 * EntrySize()));
+  constexpr uint64_t kKeys = 24;
+  std::vector<uint64_t> expected(kKeys + 1);
+  std::vector<SegmentKey> keys(kKeys + 1);
+  for (uint64_t s = 1; s <= kKeys; ++s) {
+    expected[s] = Xxh3_64(EntryBytes(s)->span());
+    keys[s] = KeyOf(s);
+  }
+  std::atomic<uint64_t> hits{0}, bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      ::hypic::testing::SeededRng rng(100 + t);
+      for (int i = 0; i < 300; ++i) {
+        uint64_t s = rng.UniformInt(1, kKeys);
+        switch (rng.UniformInt(0, 9)) {
+          case 0:
+          case 1:
+          case 2: (void)m->Put(EntryBytes(s)); break;
+          case 3: (void)m->Evict(Req([&](EvictRequest& q) { q.key = keys[s]; })); break;
+          case 4: {
+            auto p = m->Probe(std::span<const SegmentKey>(&keys[s], 1));
+            (void)p;
+            break;
+          }
+          case 5:
+            (void)m->Pin(keys[s]);
+            (void)m->Unpin(keys[s]);
+            break;
+          default: {
+            auto got = m->Get(keys[s]);
+            if (got.ok()) {
+              ++hits;
+              if (Xxh3_64((*got)->host) != expected[s]) ++bad;
+            }
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(bad.load() == 0);
+  CHECK(hits.load() > 0);
+  for (const auto& st : m->Stats()) CHECK(st.counters.bytes <= st.counters.capacity);
+}
+
+}  // namespace
+}  // namespace hypic::storage
