@@ -4,7 +4,10 @@
 //   kNeedMore  the frame is incomplete; *consumed = 0; needed() says how many bytes the frame
 //              needs in total. needed() is only above kHeaderSize once the header has been
 //              checked against the limits, so the caller may size its buffer from it: caps
-//              are checked BEFORE anything is allocated.
+//              are checked BEFORE anything is allocated. When needed() > kHeaderSize,
+//              frame->header already holds the checked header, so a caller may read the
+//              ext and body of a large frame straight into their final buffers and verify
+//              them with BodyChecksum instead of staging the whole frame.
 //   kBad*      the bytes are not a frame we accept. HeaderTrusted(status) says whether
 //              frame->header is valid (its request_id may be echoed in an error reply), and
 //              only kBadBodyChecksum leaves the stream in sync (*consumed = the frame's size).

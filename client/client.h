@@ -1,0 +1,183 @@
+// hypic::client::Client: the C++ client of hypicd (protocol/README.md). One Client is one
+// connection, TCP or unix socket, with HELLO done at Connect.
+//
+// Every operation comes in two forms:
+//   - blocking: `Get(key)` sends the request and waits for its reply;
+//   - pipelined: `SubmitGet(key)` sends and returns a Pending<T> at once; many requests can be
+//     in flight, and `pending.Wait()` reads replies (keeping the others, which may arrive in
+//     any order) until its own arrives. Replies are matched by request_id.
+// Submitting never deadlocks against a server that applies backpressure: while a write is
+// blocked the client reads and stores replies, and it keeps at most the server's
+// max_inflight_requests outstanding (waiting for replies before sending more).
+//
+// Errors: a non-OK reply status comes back as that Status with the server's message; a
+// GOAWAY fails every outstanding and later request with its status; a malformed frame from
+// the server is kCorruption and the connection is then unusable.
+// Not thread-safe: use one Client per thread (or guard it). A Pending must not outlive its
+// Client.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "client/connection.h"
+#include "core/status.h"
+#include "protocol/decoder.h"
+#include "protocol/messages.h"
+
+namespace hypic::client {
+
+using protocol::Bytes;
+using protocol::ByteSpan;
+
+struct ClientOptions {
+  std::string address = "127.0.0.1:7411";  // host:port or unix:/path
+  std::string token;
+  std::string admin_token;
+  std::string client_name = "hypic-client";
+  int connect_timeout_ms = 5000;
+  int io_timeout_ms = 60000;  // per blocking read or write step
+  uint64_t max_reply_frame = uint64_t{1} << 30;
+  uint64_t max_reply_message = uint64_t{4} << 30;  // a whole chunked reply
+  // xxh3-64 is the fast choice; kCrc32 is what a stdlib-only client would use.
+  protocol::ChecksumKind checksum = protocol::ChecksumKind::kXxh3_64;
+  bool hello = true;  // send HELLO in Connect
+};
+
+// One reply frame (or a reassembled chunked reply): the header and its own copy of ext/body.
+struct Reply {
+  protocol::FrameHeader header;
+  Bytes ext;
+  Bytes body;
+};
+
+struct GetResult {
+  protocol::Tier tier = protocol::Tier::kNone;
+  Bytes entry;  // the entry's serialized bytes (storage format)
+};
+
+struct Done {};  // the value of operations that return nothing but a status
+
+class Client;
+
+template <typename T>
+class Pending {
+ public:
+  using Parser = Result<T> (*)(Reply&&);
+  Pending(Client* client, uint64_t request_id, Parser parse)
+      : client_(client), request_id_(request_id), parse_(parse) {}
+  uint64_t request_id() const { return request_id_; }
+  // Waits for the reply. Call at most once.
+  Result<T> Wait();
+
+ private:
+  Client* client_;
+  uint64_t request_id_;
+  Parser parse_;
+};
+
+class Client {
+ public:
+  // Connects and (unless options.hello is false) sends HELLO. Errors: those of
+  // Connection::Open, and HELLO's: kUnauthorized, kVersionMismatch, kBusy (connection limit).
+  static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+
+  Result<protocol::HelloReply> Hello(const std::string& token, const std::string& admin_token);
+  // The HELLO reply (model, settings, limits), once Hello succeeded.
+  const std::optional<protocol::HelloReply>& hello_reply() const { return hello_; }
+
+  // ---- the pipelined core ----
+  // Sends one request and returns its request_id. `ext` and `body` are written straight from
+  // the caller's memory (no copy).
+  Result<uint64_t> Send(protocol::Opcode op, const Hash128& key, ByteSpan ext, ByteSpan body,
+                        uint32_t deadline_ms = 0);
+  // Waits for the reply to `request_id` (kInternal for an id that is not in flight). A
+  // non-OK reply status is returned as that Status.
+  Result<Reply> Wait(uint64_t request_id);
+  size_t outstanding() const { return outstanding_.size(); }
+
+  // ---- operations: Submit* (pipelined) and blocking ----
+  Result<Pending<Bytes>> SubmitPing(ByteSpan payload);
+  Result<Bytes> Ping(ByteSpan payload = {});
+
+  Result<Pending<std::vector<protocol::Tier>>> SubmitHas(std::span<const Hash128> keys);
+  Result<std::vector<protocol::Tier>> Has(std::span<const Hash128> keys);
+
+  Result<Pending<GetResult>> SubmitGet(const Hash128& key);
+  Result<GetResult> Get(const Hash128& key);  // kNotFound on a miss
+
+  Result<Pending<Done>> SubmitPut(const Hash128& key, ByteSpan entry,
+                                  const protocol::PutOptions& options = {});
+  Status Put(const Hash128& key, ByteSpan entry, const protocol::PutOptions& options = {});
+
+  Result<Pending<Done>> SubmitDel(const Hash128& key);
+  Status Del(const Hash128& key);
+
+  Result<Pending<protocol::PrefillReply>> SubmitPrefill(const protocol::PrefillRequest& request,
+                                                        uint32_t deadline_ms = 0);
+  Result<protocol::PrefillReply> Prefill(const protocol::PrefillRequest& request,
+                                         uint32_t deadline_ms = 0);
+
+  Result<Pending<protocol::ComposeReply>> SubmitCompose(const protocol::ComposeRequest& request,
+                                                        uint32_t deadline_ms = 0);
+  Result<protocol::ComposeReply> Compose(const protocol::ComposeRequest& request,
+                                         uint32_t deadline_ms = 0);
+
+  // Admin operations (need the admin grant: kUnauthorized otherwise).
+  Result<std::string> Stats();   // JSON
+  Result<std::string> Config();  // JSON
+  Result<protocol::EvictReply> Evict(const protocol::EvictRequest& request);
+  Status Pin(const Hash128& key);
+  Status Unpin(const Hash128& key);
+  Status Flush();
+  Status Shutdown();
+  Result<protocol::ListReply> List(const protocol::ListRequest& request);
+  // A zero key verifies every entry.
+  Result<protocol::VerifyReply> Verify(const Hash128& key = {});
+
+ private:
+  Client(std::unique_ptr<Connection> conn, const ClientOptions& options);
+
+  template <typename T>
+  Result<Pending<T>> Submit(protocol::Opcode op, const Hash128& key, ByteSpan ext, ByteSpan body,
+                            typename Pending<T>::Parser parse, uint32_t deadline_ms = 0);
+  // Blocks until at least one more frame has been received and filed.
+  Status ReadFrame();
+  // Files every complete frame in rbuf_; *header_known/needed describe an incomplete one.
+  Status DecodeBuffered(bool* filed_any, protocol::FrameHeader* pending_header, uint64_t* needed);
+  // Reads the rest of a large frame whose header is already checked straight into its reply
+  // buffers (no staging copy of the body).
+  Status ReadLargeFrame(const protocol::FrameHeader& header);
+  Status FileFrame(Reply frame);
+  // Reads whatever is available without blocking (used while a write is blocked).
+  Status DrainReadable();
+  Status ReadIntoBuffer(int timeout_ms);
+  Status Fail(Status s);
+
+  std::unique_ptr<Connection> conn_;
+  ClientOptions options_;
+  protocol::Decoder decoder_;
+  std::optional<protocol::HelloReply> hello_;
+  uint8_t version_ = protocol::kMaxVersion;
+  uint64_t next_id_ = 1;
+  Bytes rbuf_;  // bytes received and not yet decoded: [rpos_, rbuf_.size())
+  size_t rpos_ = 0;
+  std::unordered_set<uint64_t> outstanding_;     // request ids sent and not yet completed
+  std::unordered_map<uint64_t, Reply> done_;     // completed, not yet collected
+  std::unordered_map<uint64_t, Reply> partial_;  // chunked replies being assembled
+  Status broken_;  // set once the connection is unusable (GOAWAY, I/O, malformed frame)
+};
+
+template <typename T>
+Result<T> Pending<T>::Wait() {
+  HYPIC_ASSIGN_OR_RETURN(Reply r, client_->Wait(request_id_));
+  return parse_(std::move(r));
+}
+
+}  // namespace hypic::client
