@@ -1,0 +1,58 @@
+// Checkpoints: Hugging Face model directories (config.json plus model.safetensors, or shards
+// under model.safetensors.index.json) read into and written from the canonical ModelWeights.
+//
+// One table (the "layout" built in checkpoint.cpp) lists, for the config's format, every HF
+// tensor with its shape and where its rows land in ModelWeights; reading and writing both walk
+// that table, so the two directions cannot drift apart. Qwen3-Next's in_proj_qkvz / in_proj_ba
+// are interleaved by key head ([q_g | k_g | v_g.. | z_g..] per group g; b before a), its q_proj
+// by attention head ([query_h | gate_h]); Qwen3.5 keeps in_proj_qkv/z/b/a separate and packs the
+// experts as gate_up_proj [E, 2I, hidden] and down_proj [E, hidden, I] (per-expert tensors are
+// accepted as well). Weights may be F32, F16 or BF16; they become fp32 at load. Tensors the
+// runtime does not use (vision tower, MTP head) are ignored but fingerprinted.
+//
+// Thread-compatible free functions.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/segment_key.h"
+#include "core/status.h"
+#include "gpu/model/config.h"
+#include "gpu/model/weights.h"
+
+namespace hypic::model {
+
+struct LoadedCheckpoint {
+  ModelConfig config;
+  ModelWeights weights;
+  // xxh3-128 over config.Canonical() and, for every tensor of the checkpoint in name order,
+  // its name, dtype, shape and bytes as stored.
+  ModelFingerprint fingerprint;
+};
+
+// Reads `dir`/config.json and the safetensors checkpoint beside it. Errors:
+//   kBadRequest / kUnsupported  config.json problems (naming the key)
+//   kNotFound                   no config.json, no checkpoint, or a missing tensor (named)
+//   kBadRequest                 a tensor with the wrong shape ("tensor NAME: expected shape
+//                               [..], found [..]") or a non-float dtype
+//   kCorruption                 a truncated or malformed safetensors file (from core)
+Result<LoadedCheckpoint> ReadCheckpoint(const std::filesystem::path& dir);
+
+struct WriteOptions {
+  DType dtype = DType::kBF16;  // kF32, kF16 or kBF16
+  int shards = 1;              // > 1 writes model-0000i-of-0000N + index.json
+};
+
+// Writes config.json and the weights in config.format's layout into `dir` (created if
+// missing). Files are written atomically, config.json last, so a directory that has a
+// config.json is complete. kBadRequest for a bad dtype or shard count, kIoError on I/O.
+Status WriteCheckpoint(const std::filesystem::path& dir, const ModelConfig& config,
+                       const ModelWeights& weights, const WriteOptions& options = {});
+
+// Sizes every tensor of `weights` for `config` (zero-filled). The generator and the reader
+// start from this.
+ModelWeights AllocateWeights(const ModelConfig& config);
+
+}  // namespace hypic::model

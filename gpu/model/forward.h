@@ -1,0 +1,78 @@
+// Model::Pass: one run of the hybrid decoder over an ordered list of blocks (internal to
+// gpu/model). A block is either LIVE (tokens that run through every layer) or CACHED (a
+// segment entry's tokens [w, n), which never run: linear layers jump over them with
+// S <- T S + S_0 and take the conv tail, attention layers read their K/V). Positions are
+// contiguous from the state's n_positions. FullPrefill is one live block, SegmentPrefill one
+// live block that captures an entry, Compose a mix (MATH.md §5).
+//
+// The pass works layer by layer over all live tokens at once, so every projection is one sgemm
+// over [live tokens, hidden]; only the recurrences and the attention walk the blocks in order.
+// Not thread-safe; one pass per call, over a const Model.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/segment_entry.h"
+#include "gpu/model/model.h"
+
+namespace hypic::model {
+
+class Model::Pass {
+ public:
+  // Runs after `state` and advances it. Cached blocks use `mode` (kNaive adds, others apply T).
+  Pass(const Model& model, ModelState& state, ComposeMode mode);
+
+  // Appends live tokens; merges with a preceding live block.
+  void AddLive(std::span<const uint32_t> tokens);
+  // Appends the live tokens of a segment whose entry is built in `capture`: (T, S(C|0)) of
+  // tokens [seam, n) per linear layer, the conv tail, and K/V of [seam, n) per attention
+  // layer. REQUIRES: seam < tokens.size(); at most one capture per pass.
+  Status AddCapture(std::span<const uint32_t> tokens, int64_t seam, SegmentEntry* capture);
+  // Appends the cached tokens [w, n) of `entry` (already validated by the caller).
+  void AddCached(const SegmentEntry* entry, int64_t n_cached);
+
+  int64_t live_tokens() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t cached_tokens() const { return cached_tokens_; }
+
+  // Runs every layer. Logits for every live row (all_logits) or the last live row only.
+  // REQUIRES: at least one live token.
+  Status Run(bool all_logits, std::vector<float>* logits);
+
+ private:
+  struct Block {
+    bool live = true;
+    int64_t pos0 = 0;  // absolute position of the first token
+    int64_t n = 0;
+    int64_t row0 = 0;  // live: first row in the live matrices
+    const SegmentEntry* entry = nullptr;
+  };
+  struct CaptureTensors {
+    float* t = nullptr;  // linear layers
+    float* s = nullptr;
+    float* conv = nullptr;
+    float* k = nullptr;  // attention layers
+    float* v = nullptr;
+  };
+
+  Status GdnLayer(int64_t li, const float* xn, float* y);
+  void AttentionLayer(int64_t li, const float* xn, float* y);
+  void MlpLayer(int64_t li, const float* xn, float* y);
+  void SwiGlu(const MlpWeights& m, const float* x, int64_t rows, float* out);
+
+  const Model& model_;
+  ModelState& state_;
+  ComposeMode mode_;
+  std::vector<Block> blocks_;
+  std::vector<uint32_t> tokens_;  // live tokens in row order
+  int64_t end_pos_ = 0;
+  int64_t cached_tokens_ = 0;
+
+  // The capture (SegmentPrefill): block index, seam offset inside it, per-layer tensors.
+  int64_t capture_block_ = -1;
+  int64_t capture_seam_ = 0;
+  std::vector<CaptureTensors> capture_;
+};
+
+}  // namespace hypic::model

@@ -1,0 +1,224 @@
+#include "gpu/model/model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "gpu/model/checkpoint.h"
+#include "gpu/model/forward.h"
+#include "gpu/model/generator.h"
+
+namespace hypic::model {
+namespace {
+
+Status CheckTokens(std::span<const uint32_t> tokens, int64_t vocab, std::string_view what) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= vocab) {
+      return BadRequest(fmt::format("{}: token {} at index {} is not below vocab_size {}", what,
+                                    tokens[i], i, vocab));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckTensor(const SegmentEntry& e, uint32_t layer, TensorKind kind, const Shape& shape) {
+  const EntryTensor* t = e.Find(layer, kind);
+  if (t == nullptr) {
+    return BadRequest(fmt::format("entry {}: layer {} has no {} tensor", e.key().ToHex(), layer,
+                                  TensorKindName(kind)));
+  }
+  if (t->view.dtype() != DType::kF32 || !(t->view.shape() == shape) || !t->view.IsContiguous()) {
+    return BadRequest(fmt::format("entry {}: layer {} {}: expected contiguous F32 {}, found {} {}",
+                                  e.key().ToHex(), layer, TensorKindName(kind), shape.ToString(),
+                                  DTypeName(t->view.dtype()), t->view.shape().ToString()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string_view ComposeModeName(ComposeMode m) {
+  switch (m) {
+    case ComposeMode::kFull: return "full";
+    case ComposeMode::kNaive: return "naive";
+    case ComposeMode::kHypic: return "hypic";
+    case ComposeMode::kOracle: return "oracle";
+  }
+  return "?";
+}
+
+Result<ComposeMode> ComposeModeFromName(std::string_view name) {
+  for (ComposeMode m :
+       {ComposeMode::kFull, ComposeMode::kNaive, ComposeMode::kHypic, ComposeMode::kOracle}) {
+    if (ComposeModeName(m) == name) return m;
+  }
+  return BadRequest(fmt::format("unknown mode '{}' (want full, naive, hypic or oracle)", name));
+}
+
+Model::Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerprint)
+    : config_(std::move(config)), weights_(std::move(weights)), fingerprint_(fingerprint) {}
+
+ModelState Model::EmptyState() const {
+  ModelState s;
+  s.layers.resize(static_cast<size_t>(config_.num_layers));
+  for (int64_t li = 0; li < config_.num_layers; ++li) {
+    if (config_.layer_kinds[static_cast<size_t>(li)] != LayerKind::kLinear) continue;
+    LayerState& ls = s.layers[static_cast<size_t>(li)];
+    ls.state.assign(static_cast<size_t>(config_.linear_value_heads * config_.linear_key_dim *
+                                        config_.linear_value_dim),
+                    0.0f);
+    ls.conv.assign(static_cast<size_t>((config_.conv_kernel - 1) * config_.conv_channels()), 0.0f);
+  }
+  return s;
+}
+
+Result<PrefillResult> Model::FullPrefill(std::span<const uint32_t> tokens,
+                                         const PrefillOptions& options) const {
+  ModelState state = EmptyState();
+  HYPIC_ASSIGN_OR_RETURN(PrefillResult r, Extend(state, tokens, options));
+  if (options.want_state) r.state = std::move(state);
+  return r;
+}
+
+Result<PrefillResult> Model::Extend(ModelState& state, std::span<const uint32_t> tokens,
+                                    const PrefillOptions& options) const {
+  if (tokens.empty()) return BadRequest("prefill: no tokens");
+  HYPIC_RETURN_IF_ERROR(CheckTokens(tokens, config_.vocab_size, "prefill"));
+  Pass pass(*this, state, ComposeMode::kFull);
+  pass.AddLive(tokens);
+  PrefillResult r;
+  HYPIC_RETURN_IF_ERROR(pass.Run(options.all_logits, &r.logits));
+  r.rows = options.all_logits ? static_cast<int64_t>(tokens.size()) : 1;
+  return r;
+}
+
+Result<std::shared_ptr<SegmentEntry>> Model::SegmentPrefill(std::span<const uint32_t> tokens,
+                                                            const SegmentOptions& options,
+                                                            ModelState* context) const {
+  if (tokens.empty()) return BadRequest("segment prefill: no tokens");
+  HYPIC_RETURN_IF_ERROR(CheckTokens(tokens, config_.vocab_size, "segment prefill"));
+  EntryMeta meta;
+  meta.model = fingerprint_;
+  meta.name_space = options.name_space;
+  meta.settings.seam_w = options.seam_w;
+  meta.settings.format_version = options.format_version;
+  meta.conv_k = static_cast<uint32_t>(config_.conv_kernel);
+  meta.num_layers = static_cast<uint32_t>(config_.num_layers);
+  meta.tokens.assign(tokens.begin(), tokens.end());
+  meta.key = SegmentKey::Compute(meta.name_space, meta.model, meta.settings, meta.tokens);
+  auto entry = std::make_shared<SegmentEntry>(std::move(meta));
+
+  const bool has_cached_part = tokens.size() > options.seam_w;
+  if (!has_cached_part && context == nullptr) return entry;  // runs live on reuse
+  ModelState alone;
+  if (context == nullptr) alone = EmptyState();
+  Pass pass(*this, context != nullptr ? *context : alone, ComposeMode::kFull);
+  if (has_cached_part) {
+    HYPIC_RETURN_IF_ERROR(pass.AddCapture(tokens, options.seam_w, entry.get()));
+  } else {
+    pass.AddLive(tokens);
+  }
+  std::vector<float> logits;
+  HYPIC_RETURN_IF_ERROR(pass.Run(/*all_logits=*/false, &logits));
+  return entry;
+}
+
+Status Model::PrefillEntries(std::span<ComposePart> parts, ComposeMode mode,
+                             const SegmentOptions& options) const {
+  if (mode == ComposeMode::kFull) return Status::Ok();
+  ModelState context = EmptyState();
+  for (ComposePart& part : parts) {
+    if (mode == ComposeMode::kOracle) {
+      if (part.kind == ComposePart::Kind::kSegment) {
+        HYPIC_ASSIGN_OR_RETURN(part.entry, SegmentPrefill(part.tokens, options, &context));
+      } else {
+        HYPIC_RETURN_IF_ERROR(Extend(context, part.tokens, {.want_state = false}).status());
+      }
+    } else if (part.kind == ComposePart::Kind::kSegment) {
+      HYPIC_ASSIGN_OR_RETURN(part.entry, SegmentPrefill(part.tokens, options));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<ComposeResult> Model::Compose(std::span<const ComposePart> parts,
+                                     const ComposeOptions& options) const {
+  ModelState state = EmptyState();
+  Pass pass(*this, state, options.mode);
+  const int64_t w = options.seam_w;
+  const ModelConfig& c = config_;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const ComposePart& part = parts[i];
+    const std::string what = fmt::format("part {}", i);
+    if (part.tokens.empty()) return BadRequest(what + ": no tokens");
+    HYPIC_RETURN_IF_ERROR(CheckTokens(part.tokens, c.vocab_size, what));
+    const auto n = static_cast<int64_t>(part.tokens.size());
+    // The last part always runs live: its last token's logits are the answer.
+    const bool live = options.mode == ComposeMode::kFull || part.kind == ComposePart::Kind::kRaw ||
+                      i + 1 == parts.size() || n <= w;
+    if (live) {
+      pass.AddLive(part.tokens);
+      continue;
+    }
+    const SegmentEntry* e = part.entry.get();
+    if (e == nullptr) return BadRequest(what + ": segment without an entry");
+    const EntryMeta& m = e->meta();
+    if (m.model != fingerprint_) {
+      return BadRequest(fmt::format("{}: entry {} belongs to model {}, not {}", what,
+                                    e->key().ToHex(), m.model.ToHex(), fingerprint_.ToHex()));
+    }
+    if (m.settings.seam_w != options.seam_w || m.conv_k != c.conv_kernel ||
+        m.num_layers != c.num_layers) {
+      return BadRequest(fmt::format(
+          "{}: entry {} has seam {}, conv_k {}, {} layers; want seam {}, conv_k {}, {} layers",
+          what, e->key().ToHex(), m.settings.seam_w, m.conv_k, m.num_layers, options.seam_w,
+          c.conv_kernel, c.num_layers));
+    }
+    if (!std::equal(m.tokens.begin(), m.tokens.end(), part.tokens.begin(), part.tokens.end())) {
+      return BadRequest(fmt::format("{}: entry {} holds different tokens", what, e->key().ToHex()));
+    }
+    for (int64_t li = 0; li < c.num_layers; ++li) {
+      const auto layer = static_cast<uint32_t>(li);
+      if (c.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear) {
+        const int64_t hv = c.linear_value_heads, dk = c.linear_key_dim;
+        HYPIC_RETURN_IF_ERROR(CheckTensor(*e, layer, TensorKind::kTransition, {hv, dk, dk}));
+        HYPIC_RETURN_IF_ERROR(
+            CheckTensor(*e, layer, TensorKind::kState, {hv, dk, c.linear_value_dim}));
+        HYPIC_RETURN_IF_ERROR(
+            CheckTensor(*e, layer, TensorKind::kConvTail, {c.conv_kernel - 1, c.conv_channels()}));
+      } else {
+        const Shape kv{n - w, c.num_kv_heads, c.head_dim};
+        HYPIC_RETURN_IF_ERROR(CheckTensor(*e, layer, TensorKind::kKey, kv));
+        HYPIC_RETURN_IF_ERROR(CheckTensor(*e, layer, TensorKind::kValue, kv));
+      }
+    }
+    pass.AddLive(std::span(part.tokens).first(static_cast<size_t>(w)));
+    pass.AddCached(e, n - w);
+  }
+  if (pass.live_tokens() == 0) return BadRequest("compose: no parts");
+  ComposeResult r;
+  HYPIC_RETURN_IF_ERROR(pass.Run(/*all_logits=*/false, &r.logits));
+  r.live_tokens = pass.live_tokens();
+  r.cached_tokens = pass.cached_tokens();
+  if (options.want_state) r.state = std::move(state);
+  return r;
+}
+
+Result<std::shared_ptr<const Model>> LoadModel(std::string_view spec,
+                                               const std::filesystem::path& cache_dir) {
+  std::filesystem::path dir{std::string(spec)};
+  constexpr std::string_view kBuiltin = "builtin:";
+  if (spec.substr(0, kBuiltin.size()) == kBuiltin) {
+    const std::filesystem::path cache =
+        cache_dir.empty() ? std::filesystem::temp_directory_path() / "hypic-models" : cache_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(cache, ec);
+    if (ec) return IoError(fmt::format("cannot create {}: {}", cache.string(), ec.message()));
+    HYPIC_ASSIGN_OR_RETURN(dir, EnsureBuiltinModel(spec.substr(kBuiltin.size()), cache));
+  }
+  HYPIC_ASSIGN_OR_RETURN(LoadedCheckpoint ckpt, ReadCheckpoint(dir));
+  return std::make_shared<const Model>(std::move(ckpt.config), std::move(ckpt.weights),
+                                       ckpt.fingerprint);
+}
+
+}  // namespace hypic::model

@@ -1,0 +1,158 @@
+// Model: a loaded Qwen3-Next / Qwen3.5 hybrid decoder and its three CPU passes (MATH.md §3, §5):
+//
+//   FullPrefill(tokens)          logits (every row or the last) and the full state
+//   SegmentPrefill(tokens, w)    a SegmentEntry: per linear layer (T, S(C|0), conv tail) over
+//                                [w, n), per attention layer K/V of [w, n)
+//   Compose(parts, mode)         the last token's logits of a prompt made of cached segments
+//                                and raw parts: live tokens only, operator jumps over the
+//                                cached blocks; optionally the composed state
+//
+// Entry conventions (documented for storage/ and the daemon):
+//  * Attention K is cached AFTER k_norm and BEFORE RoPE; Compose rotates it to the absolute
+//    positions of the prompt. V is position-free. So "segment-relative" K needs no
+//    re-rotation bookkeeping and an entry is valid at any offset.
+//  * The segment-alone prefill runs the segment [0, n) as an ordinary prompt from position 0,
+//    so the hidden states of [w, n) see the seam tokens as context. What is stored for a linear
+//    layer is the pair of [w, n) alone (MATH.md §3): S(C|0) from a zero state and T, with the
+//    seam tokens only warming the conv; the conv tail is the last K-1 pre-conv inputs. (A
+//    variant that also restarted the outputs of [w, n) from zero was measured to get WORSE as
+//    w grows, because the cached tokens then lose the seam as context.)
+//  * The last part of a Compose prompt always runs live (its last token gives the logits).
+//  * A segment with n <= w has no cached part: its entry carries metadata only and Compose runs
+//    it live.
+//  * With `context`, SegmentPrefill runs the segment in its true context (after the prompt
+//    whose state is given): these are the "oracle" entries, for which Compose is exact.
+//
+// Numerics: fp32 everywhere, states and transitions included; projections use OpenBLAS sgemm
+// over all live tokens at once; attention softmax accumulates in fp32.
+//
+// Thread-safety: a Model is immutable after Load; passes are const and may run concurrently
+// (each allocates its own scratch). Results and states are plain values owned by the caller.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/segment_entry.h"
+#include "core/segment_key.h"
+#include "core/status.h"
+#include "gpu/model/config.h"
+#include "gpu/model/weights.h"
+
+namespace hypic::model {
+
+// The running state of a prompt after its first n_positions tokens.
+struct LayerState {
+  std::vector<float> state;  // linear: [HV, dk, dv]
+  std::vector<float> conv;   // linear: [K-1, conv_channels], the last K-1 pre-conv inputs
+  std::vector<float> k;      // attention: [n_positions, nkv, hd], post-RoPE, absolute positions
+  std::vector<float> v;      // attention: [n_positions, nkv, hd]
+};
+
+struct ModelState {
+  int64_t n_positions = 0;
+  std::vector<LayerState> layers;  // one per decoder layer
+};
+
+struct PrefillOptions {
+  bool all_logits = false;  // logits for every token, else the last token only
+  bool want_state = true;
+};
+
+struct PrefillResult {
+  std::vector<float> logits;  // [rows, vocab]
+  int64_t rows = 0;
+  ModelState state;  // empty unless want_state
+};
+
+struct SegmentOptions {
+  uint32_t seam_w = 8;
+  uint32_t format_version = 1;
+  std::string name_space = {};
+};
+
+enum class ComposeMode : uint8_t {
+  kFull = 0,    // no cache: every token live (the reference)
+  kNaive = 1,   // PIC with S <- S + S_i (no transition): the strawman
+  kHypic = 2,   // PIC with S <- T_i S + S_i
+  kOracle = 3,  // as kHypic, with entries computed in context (exact)
+};
+std::string_view ComposeModeName(ComposeMode m);
+Result<ComposeMode> ComposeModeFromName(std::string_view name);
+
+struct ComposePart {
+  enum class Kind : uint8_t { kSegment = 0, kRaw = 1 };
+  Kind kind = Kind::kRaw;
+  std::vector<uint32_t> tokens;
+  // Segment parts in modes other than kFull: the segment's entry. May be null for a segment
+  // of at most w tokens (it runs live).
+  std::shared_ptr<const SegmentEntry> entry;
+};
+
+struct ComposeOptions {
+  ComposeMode mode = ComposeMode::kHypic;
+  uint32_t seam_w = 8;
+  bool want_state = false;
+};
+
+struct ComposeResult {
+  std::vector<float> logits;  // [vocab], the last token
+  ModelState state;           // when want_state
+  int64_t live_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+
+class Model {
+ public:
+  Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerprint);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelFingerprint& fingerprint() const { return fingerprint_; }
+
+  // kBadRequest on an empty prompt or a token >= vocab.
+  Result<PrefillResult> FullPrefill(std::span<const uint32_t> tokens,
+                                    const PrefillOptions& options = {}) const;
+
+  // Runs `tokens` after `state` (advancing it in place). The building block for prefix
+  // checkpoints and for oracle entries.
+  Result<PrefillResult> Extend(ModelState& state, std::span<const uint32_t> tokens,
+                               const PrefillOptions& options = {}) const;
+
+  // Builds the entry of one segment. With `context`, runs in that context and advances it past
+  // the segment (oracle entries); else alone from position 0.
+  Result<std::shared_ptr<SegmentEntry>> SegmentPrefill(std::span<const uint32_t> tokens,
+                                                       const SegmentOptions& options,
+                                                       ModelState* context = nullptr) const;
+
+  // Entries for every segment part: alone for kNaive/kHypic, in context for kOracle (raw parts
+  // advance the context), none for kFull. Fills parts[i].entry.
+  Status PrefillEntries(std::span<ComposePart> parts, ComposeMode mode,
+                        const SegmentOptions& options) const;
+
+  // MATH.md §5. kBadRequest for an empty prompt, a bad token, a missing entry or one that does
+  // not belong to this model / seam / tokens.
+  Result<ComposeResult> Compose(std::span<const ComposePart> parts,
+                                const ComposeOptions& options) const;
+
+  // An empty state (zero positions) with every layer sized.
+  ModelState EmptyState() const;
+
+ private:
+  class Pass;
+  ModelConfig config_;
+  ModelWeights weights_;
+  ModelFingerprint fingerprint_;
+};
+
+// Loads `spec`: a model directory (config.json + safetensors), or "builtin:NAME" for a preset
+// generated into `cache_dir` on first use (generator.h). Errors from ReadCheckpoint.
+Result<std::shared_ptr<const Model>> LoadModel(std::string_view spec,
+                                               const std::filesystem::path& cache_dir = {});
+
+}  // namespace hypic::model
