@@ -216,34 +216,20 @@ void ApplyHead(TransitionForm form, const Shape& shape, int head, const float* t
                const float* s, const float* z, float* out) {
   const int dk = shape.dk, dv = shape.dv;
   const int64_t n = int64_t{dk} * dv;
-  switch (form) {
-    case TransitionForm::kIdentity:
-      for (int64_t i = 0; i < n; ++i) out[i] = s[i] + (z != nullptr ? z[i] : 0.0f);
-      return;
-    case TransitionForm::kScalarLog: {
-      const float a = std::exp(transition[head]);
-      for (int64_t i = 0; i < n; ++i) out[i] = a * s[i] + (z != nullptr ? z[i] : 0.0f);
-      return;
-    }
-    case TransitionForm::kDiagLog:
-      for (int r = 0; r < dk; ++r) {
-        const float a = std::exp(transition[int64_t{head} * dk + r]);
-        for (int c = 0; c < dv; ++c) {
-          const int64_t i = int64_t{r} * dv + c;
-          out[i] = a * s[i] + (z != nullptr ? z[i] : 0.0f);
-        }
+  if (form != TransitionForm::kDense) {
+    for (int r = 0; r < dk; ++r) {
+      const float a = LogTransitionFactor(form, transition, head, r, dk);
+      for (int c = 0; c < dv; ++c) {
+        const int64_t i = int64_t{r} * dv + c;
+        out[i] = a * s[i] + (z != nullptr ? z[i] : 0.0f);
       }
-      return;
-    case TransitionForm::kDense: {
-      const float* t = transition + int64_t{head} * dk * dk;
-      if (z != nullptr) {
-        std::memcpy(out, z, n * sizeof(float));
-      }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, dk, dv, dk, 1.0f, t, dk, s, dv,
-                  z != nullptr ? 1.0f : 0.0f, out, dv);
-      return;
     }
+    return;
   }
+  const float* t = transition + int64_t{head} * dk * dk;
+  if (z != nullptr) std::memcpy(out, z, n * sizeof(float));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, dk, dv, dk, 1.0f, t, dk, s, dv,
+              z != nullptr ? 1.0f : 0.0f, out, dv);
 }
 
 // t_out = t2 t1 for one head.

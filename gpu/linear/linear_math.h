@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "core/hd.h"
+#include "gpu/linear/linear_attention.h"
 
 namespace hypic::linear {
 
@@ -50,16 +51,14 @@ HYPIC_HD_INLINE float ColumnStep(DecayKind kind, bool delta, int dk, float* s, i
   return static_cast<float>(out);
 }
 
-// Composition of one column: s <- T s + z for a dense T [dk, dk] acting on column `s`
-// (`stride` apart), writing into `out` (also `stride` apart; must not alias s).
-template <typename Acc>
-HYPIC_HD_INLINE void DenseApplyColumn(int dk, const float* t, const float* s, const float* z,
-                                      int64_t stride, float* out) {
-  for (int r = 0; r < dk; ++r) {
-    Acc acc = z != nullptr ? static_cast<Acc>(z[r * stride]) : Acc(0);
-    for (int c = 0; c < dk; ++c) acc += static_cast<Acc>(t[r * dk + c]) * s[c * stride];
-    out[r * stride] = static_cast<float>(acc);
-  }
+// The factor a non-dense transition applies to row `row` of head `head`'s state: e^{sum g} of
+// the head (kScalarLog), of the row (kDiagLog), or 1 (kIdentity). REQUIRES: form != kDense.
+HYPIC_HD_INLINE float LogTransitionFactor(TransitionForm form, const float* transition, int head,
+                                          int row, int dk) {
+  if (form == TransitionForm::kScalarLog) return expf(transition[head]);
+  if (form == TransitionForm::kDiagLog)
+    return expf(transition[static_cast<int64_t>(head) * dk + row]);
+  return 1.0f;
 }
 
 // NeoX rotation of one pair (a, b) = (x[i], x[i + rot/2]) by angle with (cos, sin).
