@@ -73,6 +73,7 @@ Result<std::string> Quarantine(const std::string& path) {
 RocksTier::RocksTier(const RocksTierOptions& options) : options_(options) {}
 
 RocksTier::~RocksTier() {
+  std::unique_lock db_lock(db_mu_);
   if (db_ != nullptr) {
     rocksdb::Status s = db_->Close();
     if (!s.ok()) HYPIC_LOG_WARN("ssd tier: close: {}", s.ToString());
@@ -206,11 +207,34 @@ Status RocksTier::CheckWritable() {
     }
     last_error_ = now;
   }
-  rocksdb::Status s = db_->Resume();
-  if (!s.ok()) return OnWriteError(s, "resume");
+  rocksdb::Status s;
+  {
+    std::shared_lock db_lock(db_mu_);
+    s = db_ != nullptr ? db_->Resume() : rocksdb::Status::IOError("not open");
+  }
+  if (!s.ok()) {
+    HYPIC_LOG_WARN("ssd tier: resume failed ({}); reopening the DB", s.ToString());
+    Status reopened = Reopen();
+    if (!reopened.ok()) {
+      (void)OnWriteError(rocksdb::Status::IOError(reopened.message()), "reopen");
+      return reopened;
+    }
+  }
   degraded_.store(false);
   HYPIC_LOG_WARN("ssd tier: recovered; writes accepted again");
   return Status::Ok();
+}
+
+Status RocksTier::Reopen() {
+  std::unique_lock db_lock(db_mu_);
+  if (db_ != nullptr) {
+    (void)db_->Close();  // the error that brought us here may repeat; the reopen decides
+    db_.reset();
+  }
+  HYPIC_RETURN_IF_ERROR(OpenDb());
+  Status st = RebuildIndex();
+  if (!st.ok()) db_.reset();
+  return st;
 }
 
 Status RocksTier::Insert(const TierEntry& entry) {
@@ -239,7 +263,10 @@ Status RocksTier::Insert(const TierEntry& entry) {
   rocksdb::WriteOptions wo;
   wo.disableWAL = options_.wal == WalMode::kOff;
   wo.sync = options_.wal == WalMode::kSync;
-  if (s.ok()) s = db_->Write(wo, &batch);
+  if (s.ok()) {
+    std::shared_lock db_lock(db_mu_);
+    s = db_ != nullptr ? db_->Write(wo, &batch) : rocksdb::Status::IOError("not open");
+  }
   if (!s.ok()) {
     {
       MutexLock lock(&mu_);
@@ -269,7 +296,12 @@ void RocksTier::DropCorrupt(const SegmentKey& key, const Status& why) {
   rocksdb::WriteBatch batch;
   (void)batch.Delete(RecordKey(kMetaPrefix, key));
   (void)batch.Delete(RecordKey(kDataPrefix, key));
-  rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
+  rocksdb::Status s;
+  {
+    std::shared_lock db_lock(db_mu_);
+    s = db_ != nullptr ? db_->Write(rocksdb::WriteOptions(), &batch)
+                       : rocksdb::Status::IOError("not open");
+  }
   if (!s.ok()) (void)OnWriteError(s, "delete of a corrupt entry");
 }
 
@@ -281,8 +313,20 @@ Result<EntryHandle> RocksTier::Lookup(const SegmentKey& key) {
   rocksdb::ReadOptions ro;
   ro.verify_checksums = true;
   ro.fill_cache = false;
-  rocksdb::PinnableSlice value;
-  rocksdb::Status s = db_->Get(ro, db_->DefaultColumnFamily(), RecordKey(kDataPrefix, key), &value);
+  HostBuffer buf;
+  rocksdb::Status s;
+  {
+    std::shared_lock db_lock(db_mu_);
+    rocksdb::PinnableSlice value;
+    s = db_ != nullptr
+            ? db_->Get(ro, db_->DefaultColumnFamily(), RecordKey(kDataPrefix, key), &value)
+            : rocksdb::Status::IOError("not open");
+    if (s.ok()) {
+      Result<HostBuffer> copy = HostBuffer::CopyOf(AsBytes(value));
+      if (!copy.ok()) return copy.status();
+      buf = std::move(copy).value();
+    }
+  }
   if (s.IsCorruption()) {
     Status why = FromRocks(s, "read");
     DropCorrupt(key, why);
@@ -301,9 +345,6 @@ Result<EntryHandle> RocksTier::Lookup(const SegmentKey& key) {
     io_errors_.fetch_add(1);
     return FromRocks(s, "read");
   }
-  HYPIC_ASSIGN_OR_RETURN(HostBuffer buf, HostBuffer::Allocate(value.size()));
-  if (value.size() != 0) std::memcpy(buf.data(), value.data(), value.size());
-  value.Reset();
   Status st = Verify(buf.span());
   if (st.ok()) {
     Result<EntryInfo> info = ReadEntryInfo(buf.span());
@@ -333,7 +374,10 @@ Status RocksTier::Remove(const SegmentKey& key) {
   if (s.ok()) s = batch.Delete(RecordKey(kDataPrefix, key));
   rocksdb::WriteOptions wo;
   wo.disableWAL = options_.wal == WalMode::kOff;
-  if (s.ok()) s = db_->Write(wo, &batch);
+  if (s.ok()) {
+    std::shared_lock db_lock(db_mu_);
+    s = db_ != nullptr ? db_->Write(wo, &batch) : rocksdb::Status::IOError("not open");
+  }
   // A lost delete leaves a valid entry behind, which the next open indexes again: no harm.
   if (!s.ok()) return OnWriteError(s, "remove");
   return Status::Ok();
@@ -375,7 +419,11 @@ std::vector<EntryInfo> RocksTier::List() const {
 Status RocksTier::Flush() {
   rocksdb::FlushOptions fo;
   fo.wait = true;
-  rocksdb::Status s = db_->Flush(fo);
+  rocksdb::Status s;
+  {
+    std::shared_lock db_lock(db_mu_);
+    s = db_ != nullptr ? db_->Flush(fo) : rocksdb::Status::IOError("not open");
+  }
   if (!s.ok()) return OnWriteError(s, "flush");
   return Status::Ok();
 }

@@ -9,8 +9,9 @@
 // compares the key; a mismatch is counted, the record deleted and kBadChecksum returned, so a
 // corrupt entry is a miss, never served. A DB that will not open (corruption, a bad MANIFEST)
 // is moved aside into a quarantine directory and the tier starts empty, with a CRITICAL log
-// line. A failed write marks the tier degraded (writes are refused for `retry_interval`, then
-// RocksDB's Resume is tried); reads keep working meanwhile.
+// line. A failed write marks the tier degraded: writes are refused for `retry_interval`, then
+// RocksDB's Resume is tried, and when the error is one Resume cannot clear, the DB is closed
+// and reopened (which also rebuilds the index). Reads keep working meanwhile.
 //
 // The size cap is ours: Usage() is the sum of stored entry sizes and Insert refuses (kNoSpace)
 // beyond Capacity(); TierManager evicts to make room. Disk use can run ahead of Usage() by
@@ -24,6 +25,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 
@@ -77,8 +79,11 @@ class RocksTier : public Tier {
 
  private:
   explicit RocksTier(const RocksTierOptions& options);
+  // REQUIRES: db_mu_ held exclusively (or no other thread yet).
   Status OpenDb();
   Status RebuildIndex();
+  // Closes and reopens the DB after an error Resume could not clear.
+  Status Reopen();
   // Records a failed write: counts it and enters the degraded state.
   Status OnWriteError(const rocksdb::Status& s, std::string_view what);
   // In the degraded state: refuses until retry_interval has passed, then tries Resume.
@@ -87,7 +92,10 @@ class RocksTier : public Tier {
   void DropCorrupt(const SegmentKey& key, const Status& why);
 
   const RocksTierOptions options_;
-  std::unique_ptr<rocksdb::DB> db_;
+  // Shared by every DB call, exclusive only to close and reopen it (recovery). Not annotated:
+  // the thread-safety analysis does not model std::shared_mutex.
+  mutable std::shared_mutex db_mu_;
+  std::unique_ptr<rocksdb::DB> db_;  // null after a failed reopen: every call is an I/O error
   std::shared_ptr<rocksdb::RateLimiter> rate_limiter_;
   std::string quarantined_to_;
 
