@@ -1,0 +1,130 @@
+#include "gpu/runtime/assignment.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace hypic::runtime {
+
+std::string_view PolicyName(Policy policy) {
+  switch (policy) {
+    case Policy::kLpt: return "lpt";
+    case Policy::kRoundRobin: return "round-robin";
+    case Policy::kContiguous: return "contiguous";
+  }
+  return "?";
+}
+
+std::optional<Policy> ParsePolicy(std::string_view name) {
+  if (name == "lpt") return Policy::kLpt;
+  if (name == "round-robin" || name == "rr") return Policy::kRoundRobin;
+  if (name == "contiguous") return Policy::kContiguous;
+  return std::nullopt;
+}
+
+namespace {
+
+// Local search after the greedy pass: move one job, or swap two, off the most loaded worker
+// whenever that lowers its load without raising the other above it. Each step lowers the
+// busiest load or the number of workers at it, so it ends; the cap bounds the time.
+void Refine(std::span<const double> costs, std::vector<double>& load, std::vector<int>& worker) {
+  const size_t n = costs.size();
+  const size_t m = load.size();
+  for (size_t step = 0; step < 4 * n * m; ++step) {
+    const size_t top =
+        static_cast<size_t>(std::max_element(load.begin(), load.end()) - load.begin());
+    double best_peak = load[top];
+    size_t best_job = n, best_other = n, best_to = m;
+    for (size_t j = 0; j < n; ++j) {
+      if (static_cast<size_t>(worker[j]) != top) continue;
+      for (size_t v = 0; v < m; ++v) {
+        if (v == top) continue;
+        // Move j to v.
+        double peak = std::max(load[top] - costs[j], load[v] + costs[j]);
+        if (peak < best_peak - 1e-12) {
+          best_peak = peak, best_job = j, best_other = n, best_to = v;
+        }
+        // Swap j with a shorter job k of v.
+        for (size_t k = 0; k < n; ++k) {
+          if (static_cast<size_t>(worker[k]) != v || costs[k] >= costs[j]) continue;
+          double d = costs[j] - costs[k];
+          peak = std::max(load[top] - d, load[v] + d);
+          if (peak < best_peak - 1e-12) {
+            best_peak = peak, best_job = j, best_other = k, best_to = v;
+          }
+        }
+      }
+    }
+    if (best_job == n) return;
+    load[top] -= costs[best_job];
+    load[best_to] += costs[best_job];
+    worker[best_job] = static_cast<int>(best_to);
+    if (best_other != n) {
+      load[best_to] -= costs[best_other];
+      load[top] += costs[best_other];
+      worker[best_other] = static_cast<int>(top);
+    }
+  }
+}
+
+}  // namespace
+
+Assignment Assign(std::span<const double> costs, std::span<const double> loads, Policy policy,
+                  size_t first_worker) {
+  const size_t n = costs.size();
+  const size_t m = loads.size();
+  Assignment a;
+  a.worker.assign(n, 0);
+  a.order.assign(m, {});
+  switch (policy) {
+    case Policy::kLpt: {
+      std::vector<size_t> by_cost(n);
+      std::iota(by_cost.begin(), by_cost.end(), size_t{0});
+      // Stable: equal costs keep request order, so the assignment is deterministic.
+      std::stable_sort(by_cost.begin(), by_cost.end(),
+                       [&](size_t x, size_t y) { return costs[x] > costs[y]; });
+      std::vector<double> load(loads.begin(), loads.end());
+      for (size_t job : by_cost) {
+        size_t best = 0;
+        for (size_t w = 1; w < m; ++w) {
+          if (load[w] < load[best]) best = w;
+        }
+        a.worker[job] = static_cast<int>(best);
+        load[best] += costs[job];
+      }
+      Refine(costs, load, a.worker);
+      // Each worker runs its jobs longest first.
+      for (size_t job : by_cost) a.order[static_cast<size_t>(a.worker[job])].push_back(job);
+      break;
+    }
+    case Policy::kRoundRobin:
+      for (size_t i = 0; i < n; ++i) {
+        size_t w = (first_worker + i) % m;
+        a.worker[i] = static_cast<int>(w);
+        a.order[w].push_back(i);
+      }
+      break;
+    case Policy::kContiguous: {
+      const size_t per = (n + m - 1) / m;
+      for (size_t i = 0; i < n; ++i) {
+        size_t w = (first_worker + i / per) % m;
+        a.worker[i] = static_cast<int>(w);
+        a.order[w].push_back(i);
+      }
+      break;
+    }
+  }
+  return a;
+}
+
+double Makespan(const Assignment& assignment, std::span<const double> costs,
+                std::span<const double> loads) {
+  double worst = 0.0;
+  for (size_t w = 0; w < assignment.order.size(); ++w) {
+    double sum = w < loads.size() ? loads[w] : 0.0;
+    for (size_t job : assignment.order[w]) sum += costs[job];
+    worst = std::max(worst, sum);
+  }
+  return worst;
+}
+
+}  // namespace hypic::runtime

@@ -1,0 +1,325 @@
+#include "gpu/runtime/miss_scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace hypic::runtime {
+
+namespace {
+double SecondsSince(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+}  // namespace
+
+// One key being computed. Guarded by MissScheduler::mu_.
+struct MissScheduler::Flight {
+  enum class Phase : uint8_t { kQueued, kRunning, kDone };
+  PrefillJob job;
+  double cost = 0.0;
+  size_t worker = 0;
+  Phase phase = Phase::kQueued;
+  // Set once the job finished and the transport delivered; requests that join while the
+  // worker is still handing the entry to the store get it at once.
+  EntryPtr delivered;
+  double transfer_s = 0.0;
+  // (request, slot in that request). A request may wait for one key in several slots.
+  std::vector<std::pair<State*, size_t>> waiters;
+};
+
+// Guarded by MissScheduler::mu_ (all access goes through the scheduler).
+struct MissRequest::State {
+  Clock::time_point submitted;
+  Clock::time_point deadline;
+  std::vector<EntryPtr> entries;
+  std::vector<std::shared_ptr<MissScheduler::Flight>> flights;  // one per distinct key
+  size_t remaining = 0;
+  bool done = false;
+  Status status;
+  MissTimings timings;
+  std::condition_variable_any cv;
+};
+
+MissRequest::MissRequest(MissScheduler* scheduler, std::unique_ptr<State> state)
+    : scheduler_(scheduler), state_(std::move(state)) {}
+
+MissRequest::~MissRequest() { scheduler_->Cancel(*state_); }
+
+Result<std::vector<EntryPtr>> MissRequest::Wait() { return scheduler_->Wait(*state_); }
+
+void MissRequest::Cancel() { scheduler_->Cancel(*state_); }
+
+MissTimings MissRequest::timings() const {
+  MutexLock lock(&scheduler_->mu_);
+  return state_->timings;
+}
+
+MissScheduler::MissScheduler(WorkerPool& pool, Transport& transport, CostModel& cost_model,
+                             StoreCallback store, SchedulerOptions options)
+    : pool_(pool),
+      transport_(transport),
+      cost_model_(cost_model),
+      store_(std::move(store)),
+      options_(options) {
+  {
+    MutexLock lock(&mu_);
+    queues_.resize(pool_.size());
+    loads_.assign(pool_.size(), 0.0);
+  }
+  for (size_t w = 0; w < pool_.size(); ++w) {
+    work_cv_.push_back(std::make_unique<std::condition_variable_any>());
+  }
+  for (size_t w = 0; w < pool_.size(); ++w) {
+    threads_.emplace_back([this, w] { WorkerLoop(w); });
+  }
+}
+
+MissScheduler::~MissScheduler() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    for (auto& queue : queues_) {
+      const auto pending = queue;  // Complete() may drop flights from the queue itself
+      for (const auto& flight : pending) {
+        // Complete() edits the waiter list; work on a copy.
+        auto waiters = flight->waiters;
+        for (auto& [request, slot] : waiters) {
+          if (!request->done) Complete(*request, ShuttingDown("miss scheduler stopped"));
+        }
+        EraseFlight(flight);
+      }
+      queue.clear();
+    }
+    queued_ = 0;
+  }
+  for (auto& cv : work_cv_) cv->notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+Result<std::unique_ptr<MissRequest>> MissScheduler::Submit(std::vector<PrefillJob> misses,
+                                                           Clock::time_point deadline) {
+  for (const PrefillJob& job : misses) {
+    if (!job.compute) return BadRequest("prefill job without a compute function");
+  }
+  // Estimates outside the lock: the cost model has its own.
+  std::vector<double> costs(misses.size());
+  for (size_t i = 0; i < misses.size(); ++i) {
+    costs[i] = misses[i].cost > 0.0 ? misses[i].cost : cost_model_.Estimate(misses[i].n_tokens);
+  }
+  std::vector<SegmentKey> keys;
+  for (const PrefillJob& job : misses) keys.push_back(job.key);
+  auto state = std::make_unique<State>();
+  state->submitted = Clock::now();
+  state->deadline = deadline;
+  state->entries.resize(misses.size());
+  state->remaining = misses.size();
+
+  MutexLock lock(&mu_);
+  if (stopping_) return ShuttingDown("miss scheduler stopped");
+  if (state->submitted >= deadline) return DeadlineExceeded("deadline passed before submit");
+
+  // Which misses start a job, and which join one (already in flight, or earlier in this list).
+  std::unordered_map<SegmentKey, size_t, SegmentKeyHasher> first_of_key;
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < misses.size(); ++i) {
+    if (flights_.count(keys[i]) == 0 && first_of_key.emplace(keys[i], i).second) {
+      starts.push_back(i);
+    }
+  }
+  if (queued_ + starts.size() > options_.max_queued_jobs) {
+    ++stats_.busy_rejections;
+    return Busy(fmt::format("miss queue full: {} queued, {} new, capacity {}", queued_,
+                            starts.size(), options_.max_queued_jobs));
+  }
+
+  std::vector<double> start_costs;
+  for (size_t i : starts) start_costs.push_back(costs[i]);
+  Assignment assignment = Assign(start_costs, loads_, options_.policy, rotate_);
+  rotate_ += starts.size();
+  for (size_t w = 0; w < assignment.order.size(); ++w) {
+    for (size_t j : assignment.order[w]) {
+      size_t i = starts[j];
+      auto flight = std::make_shared<Flight>();
+      flight->cost = costs[i];
+      flight->worker = w;
+      flight->job = std::move(misses[i]);
+      flights_.emplace(flight->job.key, flight);
+      queues_[w].push_back(flight);
+      loads_[w] += flight->cost;
+      ++queued_;
+    }
+  }
+  state->timings.started = starts.size();
+
+  // Attach every slot to its flight. Slots whose flight is already done fill at once.
+  for (size_t i = 0; i < state->entries.size(); ++i) {
+    // The job itself may have moved into its flight; its key is a plain value and stays.
+    std::shared_ptr<Flight>& flight = flights_.at(keys[i]);
+    if (std::find(state->flights.begin(), state->flights.end(), flight) == state->flights.end()) {
+      state->flights.push_back(flight);
+    }
+    if (flight->phase == Flight::Phase::kDone) {
+      state->entries[i] = flight->delivered;
+      --state->remaining;
+    } else {
+      flight->waiters.emplace_back(state.get(), i);
+    }
+  }
+  state->timings.joined = misses.size() - starts.size();
+  stats_.jobs_joined += state->timings.joined;
+  if (state->remaining == 0) Complete(*state, Status::Ok());
+  for (size_t w = 0; w < assignment.order.size(); ++w) {
+    if (!assignment.order[w].empty()) work_cv_[w]->notify_one();
+  }
+  return std::unique_ptr<MissRequest>(new MissRequest(this, std::move(state)));
+}
+
+void MissScheduler::EraseFlight(const std::shared_ptr<Flight>& flight) {
+  // By identity: once a flight left the map, a later request may have started a new one for
+  // the same key, which must stay.
+  auto it = flights_.find(flight->job.key);
+  if (it != flights_.end() && it->second == flight) flights_.erase(it);
+}
+
+void MissScheduler::Complete(State& request, Status status) {
+  if (request.done) return;
+  request.done = true;
+  request.status = std::move(status);
+  for (auto& flight : request.flights) {
+    auto& w = flight->waiters;
+    w.erase(std::remove_if(w.begin(), w.end(), [&](const auto& p) { return p.first == &request; }),
+            w.end());
+    if (w.empty() && flight->phase == Flight::Phase::kQueued) {
+      // Nobody wants it any more: drop it and free its queue slot.
+      auto& queue = queues_[flight->worker];
+      auto it = std::find(queue.begin(), queue.end(), flight);
+      if (it != queue.end()) {
+        queue.erase(it);
+        --queued_;
+        loads_[flight->worker] -= flight->cost;
+        EraseFlight(flight);
+        ++stats_.jobs_dropped;
+      }
+    }
+  }
+  request.flights.clear();
+  request.cv.notify_all();
+}
+
+void MissScheduler::ExpireWaiters(Flight& flight, Clock::time_point now) {
+  std::vector<State*> expired;
+  for (auto& [request, slot] : flight.waiters) {
+    if (request->deadline <= now) expired.push_back(request);
+  }
+  for (State* request : expired) {
+    Complete(*request, DeadlineExceeded("deadline passed while the segment was queued"));
+  }
+}
+
+void MissScheduler::Deliver(Flight& flight, const EntryPtr& entry) {
+  const Clock::time_point now = Clock::now();
+  flight.phase = Flight::Phase::kDone;
+  flight.delivered = entry;
+  auto waiters = std::move(flight.waiters);
+  flight.waiters.clear();
+  for (auto& [request, slot] : waiters) {
+    request->entries[slot] = entry;
+    double t = SecondsSince(request->submitted, now);
+    if (request->timings.first_arrival_s == 0.0) request->timings.first_arrival_s = t;
+    request->timings.last_arrival_s = t;
+    request->timings.transfer_s += flight.transfer_s;
+    if (--request->remaining == 0) Complete(*request, Status::Ok());
+  }
+}
+
+void MissScheduler::WorkerLoop(size_t w) {
+  Worker& worker = pool_.worker(w);
+  std::condition_variable_any& cv = *work_cv_[w];
+  for (;;) {
+    std::shared_ptr<Flight> flight;
+    {
+      MutexLock lock(&mu_);
+      while (!stopping_ && queues_[w].empty()) cv.wait(mu_);
+      if (stopping_) return;
+      flight = queues_[w].front();
+      queues_[w].pop_front();
+      --queued_;
+      ExpireWaiters(*flight, Clock::now());
+      if (flight->waiters.empty()) {
+        loads_[w] -= flight->cost;
+        EraseFlight(flight);
+        ++stats_.jobs_dropped;
+        continue;
+      }
+      flight->phase = Flight::Phase::kRunning;
+    }
+
+    const Clock::time_point t0 = Clock::now();
+    Result<EntryPtr> computed = worker.Execute(flight->job);
+    const Clock::time_point t1 = Clock::now();
+    Result<EntryPtr> delivered = computed.status();
+    if (computed.ok()) {
+      cost_model_.Observe(flight->job.n_tokens, SecondsSince(t0, t1));
+      delivered = transport_.Deliver(*computed, static_cast<int>(w));
+      flight->transfer_s = SecondsSince(t1, Clock::now());
+    }
+
+    {
+      MutexLock lock(&mu_);
+      loads_[w] -= flight->cost;
+      if (!computed.ok()) {
+        ++stats_.prefills_failed;
+        Status failed =
+            ComputeFailed(fmt::format("prefill of segment {} on {}: {}", flight->job.key.ToHex(),
+                                      worker.name(), computed.status().ToString()));
+        auto waiters = flight->waiters;
+        for (auto& [request, slot] : waiters) Complete(*request, failed);
+        EraseFlight(flight);
+        continue;
+      }
+      ++stats_.prefills_ok;
+      if (!delivered.ok()) {
+        Status failed = delivered.status().WithContext(
+            fmt::format("transfer of segment {} from {}", flight->job.key.ToHex(), worker.name()));
+        auto waiters = flight->waiters;
+        for (auto& [request, slot] : waiters) Complete(*request, failed);
+        // A request that misses the key from now on computes it again.
+        EraseFlight(flight);
+      } else {
+        Deliver(*flight, *delivered);
+      }
+    }
+    // The store gets the worker's entry while the combine already holds its copy. The flight
+    // stays in the map until then, so a request that misses the key meanwhile joins it instead
+    // of computing it again.
+    if (store_) store_(*computed);
+    MutexLock lock(&mu_);
+    EraseFlight(flight);
+  }
+}
+
+Result<std::vector<EntryPtr>> MissScheduler::Wait(State& request) {
+  MutexLock lock(&mu_);
+  while (!request.done) {
+    if (request.cv.wait_until(mu_, request.deadline) == std::cv_status::timeout && !request.done) {
+      Complete(request, DeadlineExceeded("deadline passed while waiting for segment prefills"));
+    }
+  }
+  if (!request.status.ok()) return request.status;
+  return request.entries;
+}
+
+void MissScheduler::Cancel(State& request) {
+  MutexLock lock(&mu_);
+  Complete(request, Cancelled("request cancelled"));
+}
+
+SchedulerStats MissScheduler::stats() const {
+  MutexLock lock(&mu_);
+  SchedulerStats s = stats_;
+  s.queued = queued_;
+  return s;
+}
+
+}  // namespace hypic::runtime

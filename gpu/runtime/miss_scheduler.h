@@ -1,0 +1,153 @@
+// MissScheduler: computes the missing segments of requests on a WorkerPool.
+//
+// - Single-flight: a key is prefilled at most once at a time; a request that misses a key
+//   already queued or running joins it, and every waiter gets the entry or the error.
+// - Assignment: a request's new jobs go to the workers by the configured Policy over the
+//   CostModel's estimates, on top of the work already queued there (LPT by default).
+// - Bounded queue: at most `max_queued_jobs` jobs wait (not yet running) over all workers;
+//   a Submit whose new jobs do not fit returns kBusy at once and changes nothing.
+// - Streamed combine: each worker hands each finished entry at once to the Transport; the
+//   request collects the delivered entries, and Wait returns as soon as the last one arrives,
+//   so the caller (the combine) runs Compose then. The worker passes the entry to the store
+//   callback at the same time.
+// - Deadlines and cancellation: Wait returns kDeadlineExceeded at the request's deadline, and
+//   Cancel (or destroying the request) returns kCancelled; either way the request leaves every
+//   job it waited for, and a queued job that nobody waits for any more is dropped, freeing its
+//   queue slot. A running job is not interrupted; its entry is still stored.
+// - Errors: a failed job fails every request waiting for it with kComputeFailed (the job's
+//   message kept) and is never stored; its other jobs continue for their other waiters.
+//
+// Ownership: the scheduler borrows the pool, transport and cost model, which must outlive it.
+// A MissRequest must be destroyed before its scheduler. Thread-safety: Submit, Wait, Cancel
+// and stats are safe from any thread; each MissRequest is used by one thread at a time. The
+// store callback runs on worker threads, without locks held, and must not block for long
+// (the server enqueues the insert).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/thread_annotations.h"
+#include "gpu/runtime/assignment.h"
+#include "gpu/runtime/cost_model.h"
+#include "gpu/runtime/prefill_job.h"
+#include "gpu/runtime/transport.h"
+#include "gpu/runtime/worker.h"
+
+namespace hypic::runtime {
+
+using Clock = std::chrono::steady_clock;
+
+struct SchedulerOptions {
+  Policy policy = Policy::kLpt;
+  size_t max_queued_jobs = 1024;
+};
+
+// Called once per computed key with the worker's entry; see the header comment.
+using StoreCallback = std::function<void(const EntryPtr&)>;
+
+struct SchedulerStats {
+  uint64_t prefills_ok = 0;
+  uint64_t prefills_failed = 0;
+  uint64_t jobs_joined = 0;   // misses served by a job another request started
+  uint64_t jobs_dropped = 0;  // queued jobs dropped because no request wanted them any more
+  uint64_t busy_rejections = 0;
+  size_t queued = 0;  // jobs waiting now
+};
+
+// Per-request figures, valid once Wait returned OK.
+struct MissTimings {
+  double first_arrival_s = 0.0;  // from Submit to the first delivered entry
+  double last_arrival_s = 0.0;   // from Submit to the last delivered entry
+  double transfer_s = 0.0;       // transport time summed over this request's entries
+  size_t started = 0;            // jobs this request started
+  size_t joined = 0;             // jobs it joined
+};
+
+class MissScheduler;
+
+// The handle of one submitted request. Destroying it before Wait returned cancels it.
+class MissRequest {
+ public:
+  ~MissRequest();
+  MissRequest(const MissRequest&) = delete;
+  MissRequest& operator=(const MissRequest&) = delete;
+
+  // Blocks until every entry arrived and returns them in the order of the submitted jobs, or
+  // returns the request's error: kComputeFailed, kDeadlineExceeded, kCancelled,
+  // kShuttingDown, or the transport's error.
+  Result<std::vector<EntryPtr>> Wait();
+  // Gives up the request; a concurrent or later Wait returns kCancelled.
+  void Cancel();
+  MissTimings timings() const;
+
+ private:
+  friend class MissScheduler;
+  struct State;
+  MissRequest(MissScheduler* scheduler, std::unique_ptr<State> state);
+
+  MissScheduler* scheduler_;
+  std::unique_ptr<State> state_;
+};
+
+class MissScheduler {
+ public:
+  MissScheduler(WorkerPool& pool, Transport& transport, CostModel& cost_model, StoreCallback store,
+                SchedulerOptions options = {});
+  // Fails waiting requests with kShuttingDown, lets running jobs finish, joins the threads.
+  ~MissScheduler();
+  MissScheduler(const MissScheduler&) = delete;
+  MissScheduler& operator=(const MissScheduler&) = delete;
+
+  // Starts or joins a job for each miss. Errors: kBusy (the queue cannot take the new jobs),
+  // kDeadlineExceeded (the deadline already passed), kShuttingDown, kBadRequest (a job
+  // without a compute function).
+  Result<std::unique_ptr<MissRequest>> Submit(std::vector<PrefillJob> misses,
+                                              Clock::time_point deadline) EXCLUDES(mu_);
+
+  SchedulerStats stats() const EXCLUDES(mu_);
+  size_t workers() const { return pool_.size(); }
+
+ private:
+  friend class MissRequest;
+  struct Flight;
+  using State = MissRequest::State;
+
+  void WorkerLoop(size_t w) EXCLUDES(mu_);
+  // Ends `request` with `status` (OK only when all entries arrived) and leaves its jobs.
+  void Complete(State& request, Status status) REQUIRES(mu_);
+  // Fails the waiters of `flight` whose deadline passed.
+  void ExpireWaiters(Flight& flight, Clock::time_point now) REQUIRES(mu_);
+  void Deliver(Flight& flight, const EntryPtr& entry) REQUIRES(mu_);
+  void EraseFlight(const std::shared_ptr<Flight>& flight) REQUIRES(mu_);
+  Result<std::vector<EntryPtr>> Wait(State& request) EXCLUDES(mu_);
+  void Cancel(State& request) EXCLUDES(mu_);
+
+  WorkerPool& pool_;
+  Transport& transport_;
+  CostModel& cost_model_;
+  StoreCallback store_;
+  const SchedulerOptions options_;
+
+  mutable Mutex mu_;
+  std::unordered_map<SegmentKey, std::shared_ptr<Flight>, SegmentKeyHasher> flights_
+      GUARDED_BY(mu_);
+  std::vector<std::deque<std::shared_ptr<Flight>>> queues_ GUARDED_BY(mu_);
+  std::vector<double> loads_ GUARDED_BY(mu_);  // estimated seconds queued or running
+  std::vector<std::unique_ptr<std::condition_variable_any>> work_cv_;
+  size_t queued_ GUARDED_BY(mu_) = 0;
+  size_t rotate_ GUARDED_BY(mu_) = 0;  // start worker of the baselines' next request
+  bool stopping_ GUARDED_BY(mu_) = false;
+  SchedulerStats stats_ GUARDED_BY(mu_);
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace hypic::runtime

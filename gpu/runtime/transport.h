@@ -1,0 +1,37 @@
+// Transport: moves a finished entry from the worker that computed it to the combine side, one
+// entry at a time as soon as it is ready (streamed, so transfer overlaps the other workers'
+// compute rather than happening in one burst at the end).
+//
+// HostTransport (CPU mode) copies the entry's tensors into fresh host buffers owned by the
+// combine side: the worker's entry goes to the store at the same time, and the combine never
+// shares memory with a buffer the store may demote, compress or free. The NCCL transport
+// (gpu/cuda/runtime/nccl_transport.h, CUDA builds) moves the tensors GPU to GPU.
+//
+// Thread-safety: Deliver may be called concurrently from every worker thread.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "gpu/runtime/prefill_job.h"
+
+namespace hypic::runtime {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Moves `entry`, computed on worker `from`, to the combine side. Returns the entry as the
+  // combine sees it; kDeviceError (or kNoSpace) when the move fails.
+  virtual Result<EntryPtr> Deliver(const EntryPtr& entry, int from) = 0;
+};
+
+class HostTransport final : public Transport {
+ public:
+  Result<EntryPtr> Deliver(const EntryPtr& entry, int from) override;
+};
+
+// A deep copy of `entry` with every tensor in a new host buffer (metadata copied as is).
+// REQUIRES: every tensor of `entry` is in host memory (kBadRequest otherwise).
+Result<EntryPtr> CopyEntryToHost(const SegmentEntry& entry);
+
+}  // namespace hypic::runtime

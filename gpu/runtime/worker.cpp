@@ -1,0 +1,76 @@
+#include "gpu/runtime/worker.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace hypic::runtime {
+
+namespace {
+
+// A worker on a device of a local backend, with its own stream.
+class LocalWorker final : public Worker {
+ public:
+  LocalWorker(WorkerContext context, std::unique_ptr<gpu::Stream> stream)
+      : context_(context),
+        stream_(std::move(stream)),
+        name_(fmt::format("{}:{}", gpu::BackendKindName(context.kind), context.index)) {
+    context_.stream = stream_.get();
+  }
+
+  const WorkerContext& context() const override { return context_; }
+  const std::string& name() const override { return name_; }
+
+  Result<EntryPtr> Execute(const PrefillJob& job) override {
+    if (!job.compute) return Internal("prefill job without a compute function");
+    HYPIC_ASSIGN_OR_RETURN(EntryPtr entry, job.compute(context_));
+    // The entry must be complete when it leaves the worker: queued device work included.
+    HYPIC_RETURN_IF_ERROR(stream_->Synchronize());
+    if (entry == nullptr) return Internal("prefill job returned no entry");
+    return entry;
+  }
+
+ private:
+  WorkerContext context_;
+  std::unique_ptr<gpu::Stream> stream_;
+  std::string name_;
+};
+
+}  // namespace
+
+int HardwareThreads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+WorkerPool::WorkerPool(std::vector<std::unique_ptr<Worker>> workers)
+    : workers_(std::move(workers)) {}
+
+Result<std::unique_ptr<WorkerPool>> WorkerPool::Create(const PoolOptions& options) {
+  std::vector<std::unique_ptr<Worker>> workers;
+  if (options.kind == gpu::BackendKind::kCuda) {
+    gpu::Backend* cuda = gpu::FindBackend(gpu::BackendKind::kCuda);
+    if (cuda == nullptr || cuda->DeviceCount() == 0) {
+      return Unsupported("worker pool: no CUDA device");
+    }
+    for (int d = 0; d < cuda->DeviceCount(); ++d) {
+      HYPIC_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Stream> stream, cuda->CreateStream(d));
+      WorkerContext ctx{d, gpu::BackendKind::kCuda, d, cuda, nullptr, 1};
+      workers.push_back(std::make_unique<LocalWorker>(ctx, std::move(stream)));
+    }
+    return std::make_unique<WorkerPool>(std::move(workers));
+  }
+  const int n = options.cpu_workers > 0 ? options.cpu_workers : HardwareThreads();
+  const int threads = options.cpu_threads > 0 ? options.cpu_threads : HardwareThreads();
+  const int budget = std::max(1, threads / n);
+  // Process-global (see the header): this is what enforces the per-worker budget.
+  openblas_set_num_threads(budget);
+  gpu::Backend& cpu = gpu::CpuBackend();
+  for (int i = 0; i < n; ++i) {
+    HYPIC_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Stream> stream, cpu.CreateStream(0));
+    WorkerContext ctx{i, gpu::BackendKind::kCpu, 0, &cpu, nullptr, budget};
+    workers.push_back(std::make_unique<LocalWorker>(ctx, std::move(stream)));
+  }
+  return std::make_unique<WorkerPool>(std::move(workers));
+}
+
+}  // namespace hypic::runtime

@@ -1,0 +1,67 @@
+// Workers and the WorkerPool: the compute slots that prefill missing segments.
+//
+// A Worker executes one PrefillJob at a time on its own device context. Local workers wrap a
+// backend device and their own stream; a CUDA GPU is one worker, and in CPU mode the pool has
+// N CPU workers. The interface is the seam for remote workers (a peer hypicd reached with
+// PREFILL over our protocol): such a worker implements Execute by sending the job's segment to
+// its peer and parsing the returned entry; nothing above this interface changes.
+//
+// BLAS thread budget (CPU mode). OpenBLAS's thread count is process-global
+// (openblas_set_num_threads), so it cannot be set per worker thread. The pool therefore
+// enforces the budget globally: with N CPU workers on C cores it sets OpenBLAS to
+// max(1, C / N) threads at creation, so N concurrent workers use about C cores in total;
+// parallelism comes from the number of workers. Each WorkerContext reports its budget so a
+// job that runs its own threads (e.g. attention heads) can size them the same way.
+//
+// Thread-safety: a Worker is driven by one thread at a time (the scheduler gives each worker
+// its own thread). The pool is immutable after Create and may be read from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu/backend.h"
+#include "gpu/runtime/prefill_job.h"
+
+namespace hypic::runtime {
+
+class Worker {
+ public:
+  virtual ~Worker() = default;
+  virtual const WorkerContext& context() const = 0;
+  // A short name for logs and metrics, e.g. "cpu:1" or "cuda:0".
+  virtual const std::string& name() const = 0;
+  // Runs `job` and returns its entry (or the job's error).
+  virtual Result<EntryPtr> Execute(const PrefillJob& job) = 0;
+};
+
+struct PoolOptions {
+  // kCuda: one worker per visible CUDA device (fails with kUnsupported when there is none).
+  // kCpu: `cpu_workers` CPU workers.
+  gpu::BackendKind kind = gpu::BackendKind::kCpu;
+  // 0 = one per hardware thread.
+  int cpu_workers = 0;
+  // Total BLAS threads shared by the CPU workers; 0 = the hardware threads.
+  int cpu_threads = 0;
+};
+
+class WorkerPool {
+ public:
+  // Builds the workers and (CPU mode) sets the process-wide BLAS thread count.
+  static Result<std::unique_ptr<WorkerPool>> Create(const PoolOptions& options);
+  // A pool over workers made elsewhere (remote workers, test doubles).
+  explicit WorkerPool(std::vector<std::unique_ptr<Worker>> workers);
+
+  size_t size() const { return workers_.size(); }
+  Worker& worker(size_t i) { return *workers_[i]; }
+  const Worker& worker(size_t i) const { return *workers_[i]; }
+
+ private:
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+// The number of hardware threads (at least 1).
+int HardwareThreads();
+
+}  // namespace hypic::runtime

@@ -1,0 +1,356 @@
+// MissScheduler: single-flight, LPT placement, the bounded queue, cancellation, deadlines,
+// error propagation and streamed delivery, on synthetic jobs whose entries encode their key.
+#include "gpu/runtime/miss_scheduler.h"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "tests/support/check_ok.h"
+
+namespace hypic::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+
+SegmentKey Key(uint64_t i) { return SegmentKey(Hash128{i, ~i}); }
+
+// A released-once barrier that blocking jobs wait on.
+class Gate {
+ public:
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return open_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Counts prefills per key, records the worker of each, and optionally blocks on a gate.
+struct Recorder {
+  std::mutex mu;
+  std::map<uint64_t, int> runs;
+  std::map<uint64_t, int> worker;
+  std::atomic<int> started{0};
+
+  PrefillJob Job(uint64_t id, uint32_t tokens, Gate* gate = nullptr, Status fail = Status::Ok(),
+                 std::chrono::milliseconds sleep = 0ms) {
+    PrefillJob job;
+    job.key = Key(id);
+    job.n_tokens = tokens;
+    job.cost = tokens;
+    job.compute = [this, id, gate, fail, sleep](const WorkerContext& ctx) -> Result<EntryPtr> {
+      ++started;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++runs[id];
+        worker[id] = ctx.index;
+      }
+      if (gate != nullptr) gate->Wait();
+      if (sleep.count() > 0) std::this_thread::sleep_for(sleep);
+      if (!fail.ok()) return fail;
+      EntryMeta meta;
+      meta.key = Key(id);
+      auto entry = std::make_shared<SegmentEntry>(meta);
+      auto view = entry->AddTensor(0, TensorKind::kState, DType::kF32, Shape{4});
+      if (!view.ok()) return view.status();
+      for (int i = 0; i < 4; ++i) view->data_as<float>()[i] = static_cast<float>(id * 10 + i);
+      return EntryPtr(entry);
+    };
+    return job;
+  }
+  int Runs(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu);
+    return runs.count(id) ? runs[id] : 0;
+  }
+};
+
+bool HoldsKey(const EntryPtr& e, uint64_t id) {
+  if (e == nullptr || e->key() != Key(id)) return false;
+  const EntryTensor* t = e->Find(0, TensorKind::kState);
+  return t != nullptr && t->view.data_as<float>()[3] == static_cast<float>(id * 10 + 3);
+}
+
+void WaitUntil(const std::function<bool()>& cond) {
+  for (int i = 0; i < 5000 && !cond(); ++i) std::this_thread::sleep_for(1ms);
+  REQUIRE(cond());
+}
+
+struct Fixture {
+  explicit Fixture(int workers, SchedulerOptions options = {})
+      : pool(Pool(workers)),
+        cost(CostCoefficients{0.0, 1.0, 0.0}),
+        scheduler(
+            *pool, transport, cost,
+            [this](const EntryPtr& e) {
+              std::lock_guard<std::mutex> lock(mu);
+              stored.push_back(e);
+            },
+            options) {}
+  static std::unique_ptr<WorkerPool> Pool(int workers) {
+    auto pool = WorkerPool::Create(PoolOptions{gpu::BackendKind::kCpu, workers, workers});
+    REQUIRE_OK(pool);
+    return std::move(pool).value();
+  }
+  size_t Stored() {
+    std::lock_guard<std::mutex> lock(mu);
+    return stored.size();
+  }
+  bool StoredKey(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& e : stored) {
+      if (e->key() == Key(id)) return true;
+    }
+    return false;
+  }
+
+  std::unique_ptr<WorkerPool> pool;
+  HostTransport transport;
+  CostModel cost;
+  std::mutex mu;
+  std::vector<EntryPtr> stored;
+  Recorder rec;
+  MissScheduler scheduler;
+};
+
+Clock::time_point Far() { return Clock::now() + 60s; }
+
+TEST_CASE("every miss is computed, stored once and delivered as a copy in submit order") {
+  Fixture f(2);
+  std::vector<PrefillJob> jobs;
+  for (uint64_t i = 0; i < 8; ++i) jobs.push_back(f.rec.Job(i, 100 + 10 * i));
+  auto req = f.scheduler.Submit(std::move(jobs), Far());
+  REQUIRE_OK(req);
+  auto entries = (*req)->Wait();
+  REQUIRE_OK(entries);
+  REQUIRE(entries->size() == 8);
+  for (uint64_t i = 0; i < 8; ++i) CHECK(HoldsKey((*entries)[i], i));
+  WaitUntil([&] { return f.Stored() == 8; });
+  // The combine's copy is not the store's entry.
+  for (auto& e : f.stored) {
+    for (auto& d : *entries)
+      CHECK(e->Find(0, TensorKind::kState)->view.data() !=
+            d->Find(0, TensorKind::kState)->view.data());
+  }
+  MissTimings t = (*req)->timings();
+  CHECK(t.started == 8);
+  CHECK(t.joined == 0);
+  CHECK(t.first_arrival_s <= t.last_arrival_s);
+  CHECK(f.scheduler.stats().prefills_ok == 8);
+  CHECK(f.cost.observations() == 8);  // measured times calibrate the cost model
+}
+
+TEST_CASE("single-flight: concurrent requests sharing a missing key cause one prefill") {
+  Fixture f(2);
+  Gate gate;
+  constexpr int kRequests = 8;
+  std::vector<std::unique_ptr<MissRequest>> requests(kRequests);
+  std::vector<std::thread> threads;
+  std::atomic<int> submitted{0};
+  for (int r = 0; r < kRequests; ++r) {
+    threads.emplace_back([&, r] {
+      // Every request misses key 42, plus one key of its own.
+      std::vector<PrefillJob> jobs{f.rec.Job(42, 500, &gate), f.rec.Job(100 + r, 10)};
+      auto req = f.scheduler.Submit(std::move(jobs), Far());
+      CHECK_OK(req);  // no REQUIRE off the main thread: it would throw out of the thread
+      if (!req.ok()) return;
+      requests[r] = std::move(req).value();
+      ++submitted;
+    });
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE(submitted == kRequests);
+  gate.Open();
+  for (auto& req : requests) {
+    auto entries = req->Wait();
+    REQUIRE_OK(entries);
+    CHECK(HoldsKey((*entries)[0], 42));
+  }
+  CHECK(f.rec.Runs(42) == 1);
+  for (int r = 0; r < kRequests; ++r) CHECK(f.rec.Runs(100 + r) == 1);
+  CHECK(f.scheduler.stats().jobs_joined == kRequests - 1);
+  WaitUntil([&] { return f.Stored() == kRequests + 1; });
+}
+
+TEST_CASE("a key repeated within one request is computed once and fills every slot") {
+  Fixture f(1);
+  auto req = f.scheduler.Submit({f.rec.Job(5, 10), f.rec.Job(6, 10), f.rec.Job(5, 10)}, Far());
+  REQUIRE_OK(req);
+  auto entries = (*req)->Wait();
+  REQUIRE_OK(entries);
+  CHECK(HoldsKey((*entries)[0], 5));
+  CHECK(HoldsKey((*entries)[2], 5));
+  CHECK(f.rec.Runs(5) == 1);
+}
+
+TEST_CASE("jobs land on the workers LPT chooses") {
+  Fixture f(2);
+  std::vector<double> costs{100, 800, 300, 700, 200, 600};
+  std::vector<PrefillJob> jobs;
+  for (uint64_t i = 0; i < costs.size(); ++i) {
+    jobs.push_back(f.rec.Job(i, static_cast<uint32_t>(costs[i])));
+  }
+  auto req = f.scheduler.Submit(std::move(jobs), Far());
+  REQUIRE_OK(req);
+  REQUIRE_OK((*req)->Wait());
+  Assignment expect = Assign(costs, std::vector<double>{0, 0}, Policy::kLpt);
+  for (uint64_t i = 0; i < costs.size(); ++i) CHECK(f.rec.worker[i] == expect.worker[i]);
+}
+
+TEST_CASE("a full queue answers BUSY at once and changes nothing") {
+  Fixture f(1, SchedulerOptions{Policy::kLpt, 2});
+  Gate gate;
+  auto running = f.scheduler.Submit({f.rec.Job(1, 10, &gate)}, Far());
+  REQUIRE_OK(running);
+  WaitUntil([&] { return f.rec.started.load() == 1; });  // job 1 runs: the queue is empty
+  auto queued = f.scheduler.Submit({f.rec.Job(2, 10), f.rec.Job(3, 10)}, Far());
+  REQUIRE_OK(queued);
+  CHECK(f.scheduler.stats().queued == 2);
+  const Clock::time_point t0 = Clock::now();
+  auto busy = f.scheduler.Submit({f.rec.Job(4, 10)}, Far());
+  CHECK(busy.status().code() == StatusCode::kBusy);
+  CHECK(Clock::now() - t0 < 1s);
+  CHECK(f.scheduler.stats().busy_rejections == 1);
+  CHECK(f.scheduler.stats().queued == 2);
+  // Joining a key already queued needs no slot.
+  auto join = f.scheduler.Submit({f.rec.Job(3, 10)}, Far());
+  REQUIRE_OK(join);
+  gate.Open();
+  REQUIRE_OK((*running)->Wait());
+  REQUIRE_OK((*queued)->Wait());
+  REQUIRE_OK((*join)->Wait());
+  CHECK(f.rec.Runs(4) == 0);
+  CHECK(f.rec.Runs(3) == 1);
+}
+
+TEST_CASE("cancelling frees the queue slots of jobs nobody else wants") {
+  Fixture f(1);
+  Gate gate;
+  auto blocker = f.scheduler.Submit({f.rec.Job(1, 10, &gate)}, Far());
+  REQUIRE_OK(blocker);
+  WaitUntil([&] { return f.rec.started.load() == 1; });
+  auto victim = f.scheduler.Submit({f.rec.Job(2, 10), f.rec.Job(3, 10)}, Far());
+  auto sharer = f.scheduler.Submit({f.rec.Job(3, 10)}, Far());
+  REQUIRE_OK(victim);
+  REQUIRE_OK(sharer);
+  CHECK(f.scheduler.stats().queued == 2);
+  (*victim)->Cancel();
+  CHECK((*victim)->Wait().status().code() == StatusCode::kCancelled);
+  // Job 2 was wanted only by the victim: dropped. Job 3 is still wanted by the sharer.
+  CHECK(f.scheduler.stats().queued == 1);
+  CHECK(f.scheduler.stats().jobs_dropped == 1);
+  gate.Open();
+  auto entries = (*sharer)->Wait();
+  REQUIRE_OK(entries);
+  CHECK(HoldsKey((*entries)[0], 3));
+  CHECK(f.rec.Runs(2) == 0);
+}
+
+TEST_CASE("destroying an unfinished request cancels it") {
+  Fixture f(1);
+  Gate gate;
+  auto blocker = f.scheduler.Submit({f.rec.Job(1, 10, &gate)}, Far());
+  REQUIRE_OK(blocker);
+  WaitUntil([&] { return f.rec.started.load() == 1; });
+  {
+    auto dropped = f.scheduler.Submit({f.rec.Job(2, 10)}, Far());
+    REQUIRE_OK(dropped);
+    CHECK(f.scheduler.stats().queued == 1);
+  }
+  CHECK(f.scheduler.stats().queued == 0);
+  gate.Open();
+  REQUIRE_OK((*blocker)->Wait());
+  CHECK(f.rec.Runs(2) == 0);
+}
+
+TEST_CASE("deadlines: at submit, while waiting, and for queued jobs") {
+  Fixture f(1);
+  CHECK(f.scheduler.Submit({f.rec.Job(9, 10)}, Clock::now() - 1ms).status().code() ==
+        StatusCode::kDeadlineExceeded);
+  Gate gate;
+  auto blocker = f.scheduler.Submit({f.rec.Job(1, 10, &gate)}, Far());
+  REQUIRE_OK(blocker);
+  WaitUntil([&] { return f.rec.started.load() == 1; });
+  const Clock::time_point t0 = Clock::now();
+  auto late = f.scheduler.Submit({f.rec.Job(2, 10)}, t0 + 50ms);
+  REQUIRE_OK(late);
+  CHECK((*late)->Wait().status().code() == StatusCode::kDeadlineExceeded);
+  const auto waited = Clock::now() - t0;
+  CHECK(waited >= 50ms);
+  CHECK(waited < 5s);
+  CHECK(f.scheduler.stats().queued == 0);  // its job was dropped with it
+
+  // A request that never waits: its expired job is skipped when the worker reaches it.
+  auto idle = f.scheduler.Submit({f.rec.Job(3, 10)}, Clock::now() + 20ms);
+  REQUIRE_OK(idle);
+  std::this_thread::sleep_for(40ms);
+  gate.Open();
+  REQUIRE_OK((*blocker)->Wait());
+  WaitUntil([&] { return f.scheduler.stats().queued == 0; });
+  CHECK((*idle)->Wait().status().code() == StatusCode::kDeadlineExceeded);
+  CHECK(f.rec.Runs(3) == 0);
+}
+
+TEST_CASE("a failed prefill fails every waiter with COMPUTE_FAILED and stores nothing") {
+  Fixture f(2);
+  Gate gate;
+  auto a = f.scheduler.Submit({f.rec.Job(7, 10, &gate, IoError("weights vanished"))}, Far());
+  auto b = f.scheduler.Submit({f.rec.Job(8, 10), f.rec.Job(7, 10)}, Far());
+  REQUIRE_OK(a);
+  REQUIRE_OK(b);
+  gate.Open();
+  for (auto* req : {&*a, &*b}) {
+    Status st = (*req)->Wait().status();
+    CHECK(st.code() == StatusCode::kComputeFailed);
+    CHECK(st.message().find("weights vanished") != std::string::npos);
+  }
+  CHECK(f.rec.Runs(7) == 1);
+  CHECK(f.scheduler.stats().prefills_failed == 1);
+  CHECK_FALSE(f.StoredKey(7));
+  // The failed key is not remembered: a later request computes it again.
+  auto retry = f.scheduler.Submit({f.rec.Job(7, 10)}, Far());
+  REQUIRE_OK(retry);
+  auto entries = (*retry)->Wait();
+  REQUIRE_OK(entries);
+  CHECK(HoldsKey((*entries)[0], 7));
+  WaitUntil([&] { return f.StoredKey(7); });
+}
+
+TEST_CASE("entries stream: the first arrives while later ones still compute") {
+  Fixture f(1);
+  std::vector<PrefillJob> jobs;
+  for (uint64_t i = 0; i < 4; ++i) jobs.push_back(f.rec.Job(i, 10, nullptr, Status::Ok(), 30ms));
+  auto req = f.scheduler.Submit(std::move(jobs), Far());
+  REQUIRE_OK(req);
+  REQUIRE_OK((*req)->Wait());
+  MissTimings t = (*req)->timings();
+  CHECK(t.first_arrival_s >= 0.025);
+  CHECK(t.last_arrival_s - t.first_arrival_s >= 0.08);  // three more 30 ms jobs after the first
+}
+
+TEST_CASE("an empty request completes at once; a job without a function is rejected") {
+  Fixture f(1);
+  auto empty = f.scheduler.Submit({}, Far());
+  REQUIRE_OK(empty);
+  auto entries = (*empty)->Wait();
+  REQUIRE_OK(entries);
+  CHECK(entries->empty());
+  PrefillJob bad;
+  bad.key = Key(1);
+  CHECK(f.scheduler.Submit({bad}, Far()).status().code() == StatusCode::kBadRequest);
+}
+
+}  // namespace
+}  // namespace hypic::runtime
