@@ -89,6 +89,9 @@ Result<SafetensorsTensorInfo> ParseTensorEntry(const std::string& name, const Js
   auto bad = [&](std::string_view why) {
     return Corruption(fmt::format("{}: tensor \"{}\": {}", origin, name, why));
   };
+  // Legal JSON, but no checkpoint has one, and our writer refuses it: keep read and write
+  // symmetric.
+  if (name.empty()) return bad("empty tensor name");
   if (!entry.is_object()) return bad("entry is not a JSON object");
 
   auto dtype_it = entry.find("dtype");

@@ -17,9 +17,10 @@
 //
 // Validation (every error names the file, and the tensor where one is involved):
 //   kCorruption   truncated file, header length past the end, bad JSON, JSON not an object,
-//                 duplicate keys, missing/ill-typed fields, negative or non-integer dims,
-//                 shape x itemsize != end - begin, offsets reversed or past the data section,
-//                 overlapping tensors, __metadata__ not an object of strings, bad index.json
+//                 duplicate keys, an empty tensor name, missing/ill-typed fields, negative or
+//                 non-integer dims, shape x itemsize != end - begin, offsets reversed or past
+//                 the data section, overlapping tensors, __metadata__ not an object of
+//                 strings, a bad index.json
 //   kTooLarge     header longer than kMaxSafetensorsHeaderBytes
 //   kUnsupported  a dtype other than F32, F16, BF16, I32, I64, U8; rank above kMaxRank
 //   kNotFound     a missing file or tensor

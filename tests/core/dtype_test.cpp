@@ -74,8 +74,12 @@ float HardwareF16ToF32(uint16_t u) {
 }
 #elif defined(__F16C__)
 constexpr bool kHaveHardwareF16 = true;
-uint16_t HardwareF32ToF16(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
-float HardwareF16ToF32(uint16_t u) { return _cvtsh_ss(u); }
+// The vector forms: clang's scalar _cvtss_sh macro uses a C99 compound literal (-Wpedantic).
+uint16_t HardwareF32ToF16(float f) {
+  __m128i h = _mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT);
+  return static_cast<uint16_t>(_mm_cvtsi128_si32(h) & 0xffff);
+}
+float HardwareF16ToF32(uint16_t u) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u))); }
 #else
 constexpr bool kHaveHardwareF16 = false;
 uint16_t HardwareF32ToF16(float) { return 0; }

@@ -411,6 +411,8 @@ TEST_CASE("malformed: missing fields name the tensor") {
              StatusCode::kCorruption, {file, "\"w\"", "missing \"shape\""});
   CheckError(OpenJson(dir, R"({"w":5})", 0), StatusCode::kCorruption,
              {file, "\"w\"", "not a JSON object"});
+  CheckError(OpenJson(dir, R"({"":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})", 0),
+             StatusCode::kCorruption, {file, "empty tensor name"});
 }
 
 TEST_CASE("malformed: data_offsets reversed, out of range, or ill-formed") {
