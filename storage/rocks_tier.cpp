@@ -161,6 +161,9 @@ Status RocksTier::RebuildIndex() {
 
 Result<std::unique_ptr<RocksTier>> RocksTier::Open(const RocksTierOptions& options) {
   std::unique_ptr<RocksTier> tier(new RocksTier(options));
+  std::error_code ec;
+  std::filesystem::create_directories(options.path, ec);
+  if (ec) return IoError(fmt::format("ssd tier: cannot create {}: {}", options.path, ec.message()));
   Status st = tier->OpenDb();
   if (st.ok()) {
     st = tier->RebuildIndex();
