@@ -5,6 +5,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build}
 jobs=${JOBS:-$(nproc)}
+# ccache (when installed) keys on paths relative to the checkout, so a fresh clone in another
+# folder -- as CI makes -- reuses the objects of an earlier build of the same sources.
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/hypic-ccache}
+export CCACHE_BASEDIR=$root
+export CCACHE_NOHASHDIR=true
+export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
   -DHYPIC_WERROR="${HYPIC_WERROR:-OFF}" "$@"
 cmake --build "$build_dir" -j "$jobs"
