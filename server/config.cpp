@@ -174,8 +174,16 @@ std::vector<ConfigKey> BuildKeys() {
                            &ServerConfig::ready_file));
   keys.push_back(StringKey("data_dir", "directory for the SSD tier, the unix socket and the model",
                            &ServerConfig::data_dir));
-  keys.push_back(StringKey("model", "model to serve: builtin:small or a checkpoint directory",
-                           &ServerConfig::model));
+  keys.push_back(StringKey(
+      "model", "model to serve: builtin:small|tiny|bench, a checkpoint directory, or none",
+      &ServerConfig::model));
+  keys.push_back(StringKey("model_cache_dir",
+                           "where built-in models are generated; empty = <data_dir>/models",
+                           &ServerConfig::model_cache_dir));
+  keys.push_back(U32Key("seam_w", "default seam window w (tokens recomputed per segment)",
+                        &ServerConfig::seam_w, 0));
+  keys.push_back(StringKey("eviction_policy", "per-tier eviction: lru or cost (cost-aware)",
+                           &ServerConfig::eviction_policy));
   keys.push_back(CapacityKey("ram_capacity", "host RAM tier bytes; auto = 25% of physical RAM",
                              &ServerConfig::ram_capacity));
   keys.push_back(CapacityKey("ssd_capacity",
@@ -369,6 +377,11 @@ std::string ServerConfig::UnixSocketPath() const {
   return unix_socket;
 }
 
+std::string ServerConfig::ModelCacheDir() const {
+  if (model_cache_dir.empty()) return (std::filesystem::path(data_dir) / "models").string();
+  return model_cache_dir;
+}
+
 const std::vector<ConfigKey>& ConfigKeys() {
   static const std::vector<ConfigKey> keys = BuildKeys();
   return keys;
@@ -494,6 +507,13 @@ Result<ServerConfig> LoadConfig(const std::vector<std::string>& args, const EnvL
   }
   if (c.data_dir.empty()) return BadRequest("config key 'data_dir': must not be empty");
   if (c.model.empty()) return BadRequest("config key 'model': must not be empty");
+  if (c.seam_w > 4096) {
+    return BadRequest(fmt::format("config key 'seam_w': {} is above 4096", c.seam_w));
+  }
+  if (c.eviction_policy != "lru" && c.eviction_policy != "cost") {
+    return BadRequest(
+        fmt::format("config key 'eviction_policy': '{}' is not lru or cost", c.eviction_policy));
+  }
   static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
                                                  "error", "critical", "off"};
   if (std::find(std::begin(kLevels), std::end(kLevels), c.log_level) == std::end(kLevels)) {

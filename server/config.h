@@ -50,7 +50,10 @@ struct ServerConfig {
 
   // Storage and model.
   std::string data_dir = "./hypic-data";
-  std::string model = "builtin:small";
+  std::string model = "builtin:small";   // "none": serve the cache only (no PREFILL/COMPOSE)
+  std::string model_cache_dir;           // built-in models; "" = <data_dir>/models
+  uint32_t seam_w = 8;                   // default seam window (a request may choose another)
+  std::string eviction_policy = "lru";   // lru | cost
   std::optional<uint64_t> ram_capacity;  // bytes; nullopt = "auto" until resolved
   std::optional<uint64_t> ssd_capacity;
   std::optional<uint64_t> hbm_capacity;
@@ -76,8 +79,9 @@ struct ServerConfig {
   std::string log_level = "info";
   bool log_json = false;
 
-  // The bound unix socket path, "" when disabled (valid after ResolveMachineDefaults).
+  // The bound unix socket path, "" when disabled.
   std::string UnixSocketPath() const;
+  std::string ModelCacheDir() const;
 };
 
 // One configuration key: its name (snake_case, as in the TOML file), help text, and how to

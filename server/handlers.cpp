@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "core/logging.h"
+#include "storage/entry_format.h"
 
 namespace hypic::server {
 
@@ -22,15 +25,69 @@ protocol::Bytes JsonBytes(const nlohmann::json& j) {
   return out;
 }
 
+// storage::TierKind (hbm=0, host=1, ssd=2) -> protocol::Tier (none=0, hbm=1, host=2, ssd=3).
+protocol::Tier WireTier(storage::TierKind k) {
+  return static_cast<protocol::Tier>(static_cast<uint8_t>(k) + 1);
+}
+std::optional<storage::TierKind> StoreTier(protocol::Tier t) {
+  if (t == protocol::Tier::kNone) return std::nullopt;
+  return static_cast<storage::TierKind>(static_cast<uint8_t>(t) - 1);
+}
+
+uint64_t Micros(std::chrono::steady_clock::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+}
+
+Status CheckDeadline(const Request& req) {
+  if (std::chrono::steady_clock::now() > req.deadline) {
+    return DeadlineExceeded(
+        fmt::format("{} ran past its deadline; the rest of the work was cancelled",
+                    protocol::OpcodeName(req.header.opcode)));
+  }
+  return Status::Ok();
+}
+
+// The composed state as the protocol's tensor stream: per linear layer its state and conv
+// tail, per attention layer K and V over the prompt.
+Result<protocol::Bytes> StateStream(const model::ModelConfig& c, const model::ModelState& state) {
+  std::vector<protocol::StreamTensor> tensors;
+  auto add = [&](uint32_t layer, TensorKind kind, const std::vector<float>& data, Shape shape) {
+    protocol::StreamTensor t;
+    t.layer = layer;
+    t.kind = kind;
+    t.dtype = DType::kF32;
+    t.shape = std::move(shape);
+    t.data = protocol::ByteSpan(reinterpret_cast<const std::byte*>(data.data()),
+                                data.size() * sizeof(float));
+    tensors.push_back(std::move(t));
+  };
+  for (size_t l = 0; l < state.layers.size(); ++l) {
+    const auto& ls = state.layers[l];
+    auto layer = static_cast<uint32_t>(l);
+    if (c.layer_kinds[l] == model::LayerKind::kLinear) {
+      add(layer, TensorKind::kState, ls.state,
+          Shape({c.linear_value_heads, c.linear_key_dim, c.linear_value_dim}));
+      add(layer, TensorKind::kConvTail, ls.conv, Shape({c.conv_kernel - 1, c.conv_channels()}));
+    } else {
+      add(layer, TensorKind::kKey, ls.k, Shape({state.n_positions, c.num_kv_heads, c.head_dim}));
+      add(layer, TensorKind::kValue, ls.v, Shape({state.n_positions, c.num_kv_heads, c.head_dim}));
+    }
+  }
+  return protocol::EncodeTensorStream(tensors);
+}
+
 }  // namespace
 
 Handlers::Handlers(const ServerConfig& config, Metrics& metrics, ComputeQueue& compute,
-                   ServerControl control)
+                   ServerControl control, storage::TierManager& store,
+                   std::shared_ptr<const model::Model> model)
     : config_(config),
       metrics_(metrics),
       compute_(compute),
       control_(std::move(control)),
-      started_(std::chrono::steady_clock::now()) {}
+      store_(store),
+      model_(std::move(model)),
+      started_(Clock::now()) {}
 
 Handlers::~Handlers() = default;
 
@@ -39,8 +96,9 @@ protocol::HelloReply Handlers::HelloInfo() const {
   r.features = protocol::kFeatureXxh3 | protocol::kFeatureStateInline;
   r.server_version = std::string(kServerVersion);
   r.model_name = config_.model;
+  if (model_) r.model_fingerprint = model_->fingerprint();
   CacheSettings settings;
-  r.seam_w = settings.seam_w;
+  r.seam_w = config_.seam_w;
   r.format_version = settings.format_version;
   r.limits.max_frame_body = config_.max_body_bytes;
   r.limits.max_message_bytes = config_.max_body_bytes;
@@ -60,35 +118,227 @@ protocol::DecodeLimits Handlers::ReadyLimits() const {
 void Handlers::Handle(Request req, Done done) {
   switch (req.header.opcode) {
     case Opcode::kPing: return done(Ping(req));
+    case Opcode::kHas: return done(Has(req));
+    case Opcode::kGet: return done(Get(req));
+    case Opcode::kPut: return done(Put(req));
+    case Opcode::kDel: return done(Del(req));
     case Opcode::kStats: return done(Stats(req));
+    case Opcode::kEvict: return done(Evict(req));
+    case Opcode::kPin: return done(PinOp(req, true));
+    case Opcode::kUnpin: return done(PinOp(req, false));
+    case Opcode::kFlush: return done(FlushOp(req));
     case Opcode::kConfig: return done(Config(req));
     case Opcode::kShutdown: return done(Shutdown(req));
+    case Opcode::kList: return done(List(req));
+    case Opcode::kVerify: return done(Verify(req));
     case Opcode::kPrefill:
     case Opcode::kCompose: return Compute(std::move(req), std::move(done));
     default:
       return done(
-          Reply::Error(req, Unsupported(fmt::format("{} is not served by this build",
-                                                    protocol::OpcodeName(req.header.opcode)))));
+          Reply::Error(req, BadRequest(fmt::format("{} is not a request opcode",
+                                                   protocol::OpcodeName(req.header.opcode)))));
   }
 }
 
-Status Handlers::Flush() { return Status::Ok(); }
+Status Handlers::Flush() { return store_.Flush(); }
 
 Reply Handlers::Ping(const Request& req) const {
   auto body = req.Body();
   return Reply::Ok(req, protocol::Bytes(body.begin(), body.end()));
 }
 
+Reply Handlers::Has(const Request& req) {
+  auto has = protocol::Decode<protocol::HasRequest>(req.Body());
+  if (!has.ok()) return Reply::Error(req, has.status());
+  std::vector<SegmentKey> keys;
+  keys.reserve(has->keys.size());
+  for (const auto& k : has->keys) keys.emplace_back(k);
+  auto probe = store_.Probe(keys, /*pin_hits=*/false);
+  protocol::HasReply reply;
+  reply.tiers.reserve(keys.size());
+  for (const auto& t : probe.tiers) reply.tiers.push_back(t ? WireTier(*t) : protocol::Tier::kNone);
+  return Reply::Ok(req, protocol::Encode(reply));
+}
+
+Reply Handlers::Get(const Request& req) {
+  SegmentKey key(req.header.key);
+  // The tier first (it is not part of the handle), then the bytes.
+  auto probe = store_.Probe(std::span<const SegmentKey>(&key, 1), /*pin_hits=*/false);
+  auto handle = store_.Get(key, storage::Access::kHostBytes);
+  if (!handle.ok()) return Reply::Error(req, handle.status());
+  protocol::GetInfo info;
+  info.tier = probe.tiers[0] ? WireTier(*probe.tiers[0]) : protocol::Tier::kSsd;
+  Reply r = Reply::Ok(req, {}, protocol::Encode(info));
+  // Zero copy: the reply streams the tier's bytes; the handle keeps them alive until written.
+  r.view = (*handle)->host;
+  r.view_owner = *handle;
+  return r;
+}
+
+Reply Handlers::Put(const Request& req) {
+  auto options = protocol::DecodePutOptions(req.ext);
+  if (!options.ok()) return Reply::Error(req, options.status());
+  if (!req.body) return Reply::Error(req, BadRequest("PUT without an entry body"));
+  // Full validation (layout, every checksum, key == hash of its contents) before anything is
+  // stored; the entry then views the request's buffer, which the store keeps.
+  auto entry = storage::Parse(req.body);
+  if (!entry.ok()) return Reply::Error(req, entry.status().WithContext("PUT entry"));
+  if ((*entry)->key().hash() != req.header.key) {
+    return Reply::Error(req,
+                        BadRequest(fmt::format("PUT: header key {} but the entry is {}",
+                                               req.header.key.ToHex(), (*entry)->key().ToHex())));
+  }
+  storage::PutOptions put;
+  put.ttl = std::chrono::seconds(options->ttl_s);
+  put.pin = options->pin;
+  Status st = store_.Put(req.body, put);
+  if (!st.ok()) return Reply::Error(req, st);
+  return Reply::Ok(req);
+}
+
+Reply Handlers::Del(const Request& req) {
+  storage::EvictRequest evict;
+  evict.key = SegmentKey(req.header.key);
+  auto result = store_.Evict(evict);
+  if (result.entries == 0) {
+    if (result.skipped_pinned > 0) {
+      return Reply::Error(req, Busy("the entry is pinned; UNPIN it first"));
+    }
+    return Reply::Error(req, NotFound("no entry " + req.header.key.ToHex()));
+  }
+  return Reply::Ok(req);
+}
+
+Reply Handlers::PinOp(const Request& req, bool pin) {
+  SegmentKey key(req.header.key);
+  Status st = pin ? store_.Pin(key) : store_.Unpin(key);
+  return st.ok() ? Reply::Ok(req) : Reply::Error(req, st);
+}
+
+Reply Handlers::Evict(const Request& req) {
+  auto in = protocol::Decode<protocol::EvictRequest>(req.Body());
+  if (!in.ok()) return Reply::Error(req, in.status());
+  storage::EvictRequest evict;
+  switch (in->by) {
+    case protocol::EvictBy::kKey: evict.key = SegmentKey(in->key); break;
+    case protocol::EvictBy::kNamespace: evict.name_space = in->name_space; break;
+    case protocol::EvictBy::kTier:
+      evict.tier = StoreTier(in->tier);
+      if (!evict.tier) return Reply::Error(req, BadRequest("EVICT by tier needs a tier"));
+      break;
+    case protocol::EvictBy::kBytes:
+      if (in->bytes == 0) return Reply::Error(req, BadRequest("EVICT by bytes needs bytes > 0"));
+      evict.tier = StoreTier(in->tier);
+      evict.max_bytes = in->bytes;
+      break;
+    case protocol::EvictBy::kAll: break;
+  }
+  auto result = store_.Evict(evict);
+  protocol::EvictReply out;
+  out.entries = result.entries;
+  out.bytes = result.bytes;
+  return Reply::Ok(req, protocol::Encode(out));
+}
+
+Reply Handlers::FlushOp(const Request& req) {
+  Status st = store_.Flush();
+  return st.ok() ? Reply::Ok(req) : Reply::Error(req, st);
+}
+
+Reply Handlers::List(const Request& req) const {
+  auto in = protocol::Decode<protocol::ListRequest>(req.Body());
+  if (!in.ok()) return Reply::Error(req, in.status());
+  std::optional<std::string> ns;
+  if (!in->name_space.empty()) ns = in->name_space;
+  auto all = store_.List(ns);
+  auto tier = StoreTier(in->tier);
+  if (tier) {
+    std::erase_if(all, [&](const storage::EntryListing& e) {
+      return (e.tier_mask & (1u << static_cast<uint8_t>(*tier))) == 0;
+    });
+  }
+  // The cursor is the position after the last entry returned (keys are listed in order).
+  uint64_t start = std::min<uint64_t>(in->cursor, all.size());
+  uint64_t limit = std::clamp<uint64_t>(in->limit, 1, protocol::kMaxListEntries);
+  uint64_t end = std::min<uint64_t>(start + limit, all.size());
+  protocol::ListReply out;
+  out.next_cursor = end < all.size() ? end : 0;
+  for (uint64_t i = start; i < end; ++i) {
+    const auto& e = all[i];
+    protocol::ListEntry le;
+    le.key = e.info.key.hash();
+    le.tier = WireTier(tier.value_or(e.tier));
+    le.name_space = e.info.name_space;
+    le.n_tokens = e.info.n_tokens;
+    le.bytes = e.info.bytes;
+    le.hits = e.hits;
+    le.last_access_ms = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(e.last_access.time_since_epoch())
+            .count());
+    le.pins = e.inflight_pins + (e.pinned ? 1 : 0);
+    le.ttl_s = e.ttl_left
+                   ? static_cast<uint32_t>(
+                         std::chrono::duration_cast<std::chrono::seconds>(*e.ttl_left).count())
+                   : 0;
+    out.entries.push_back(std::move(le));
+  }
+  return Reply::Ok(req, protocol::Encode(out));
+}
+
+Reply Handlers::Verify(const Request& req) {
+  std::vector<SegmentKey> keys;
+  if (req.header.key.IsZero()) {
+    for (const auto& e : store_.List()) keys.push_back(e.info.key);
+  } else {
+    keys.emplace_back(req.header.key);
+  }
+  protocol::VerifyReply out;
+  for (const auto& key : keys) {
+    auto handle = store_.Get(key, storage::Access::kHostBytes);
+    if (!handle.ok() && handle.status().code() == StatusCode::kNotFound &&
+        !req.header.key.IsZero()) {
+      return Reply::Error(req, handle.status());
+    }
+    ++out.checked;
+    // Get already verifies SSD and device copies; host bytes get the full parse here.
+    Status st =
+        handle.ok() ? storage::ParseView((*handle)->host, *handle).status() : handle.status();
+    if (!st.ok() && st.code() != StatusCode::kNotFound) {
+      ++out.bad;
+      if (out.bad_keys.size() < protocol::kMaxVerifyBadKeys) out.bad_keys.push_back(key.hash());
+      HYPIC_LOG_WARN("VERIFY: entry {} failed: {}", key.ToHex(), st.ToString());
+    }
+  }
+  return Reply::Ok(req, protocol::Encode(out));
+}
+
 Reply Handlers::Stats(const Request& req) const {
   nlohmann::json j;
   j["server"] = {
       {"version", kServerVersion},
-      {"uptime_s",
-       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()},
+      {"uptime_s", std::chrono::duration<double>(Clock::now() - started_).count()},
       {"connections", control_.connection_count ? control_.connection_count() : 0},
       {"compute_queue_depth", compute_.depth()},
       {"model", config_.model},
   };
+  nlohmann::json tiers = nlohmann::json::array();
+  for (const auto& t : store_.Stats()) {
+    const auto& c = t.counters;
+    tiers.push_back({{"tier", storage::TierKindName(t.kind)},
+                     {"entries", c.entries},
+                     {"bytes", c.bytes},
+                     {"capacity", c.capacity},
+                     {"hits", c.hits},
+                     {"misses", c.misses},
+                     {"inserts", c.inserts},
+                     {"evictions", c.evictions},
+                     {"promotions", c.promotions},
+                     {"demotions", c.demotions},
+                     {"checksum_failures", c.checksum_failures},
+                     {"io_errors", c.io_errors},
+                     {"degraded", c.degraded}});
+  }
+  j["tiers"] = std::move(tiers);
   return Reply::Ok(req, JsonBytes(j));
 }
 
@@ -105,14 +355,225 @@ Reply Handlers::Shutdown(const Request& req) const {
 }
 
 void Handlers::Compute(Request req, Done done) {
+  if (!model_) {
+    return done(Reply::Error(
+        req, Unsupported(fmt::format("{}: this daemon serves no model (model = \"none\")",
+                                     protocol::OpcodeName(req.header.opcode)))));
+  }
   auto shared = std::make_shared<Request>(std::move(req));
   Status st = compute_.Submit(shared->deadline, [this, shared, done](Status ready) {
     if (!ready.ok()) return done(Reply::Error(*shared, ready));
-    done(Reply::Error(*shared,
-                      Unsupported(fmt::format("{}: the model runtime is not wired into this build",
-                                              protocol::OpcodeName(shared->header.opcode)))));
+    bool compose = shared->header.opcode == Opcode::kCompose;
+    auto body = compose ? Compose(*shared) : Prefill(*shared);
+    if (!body.ok()) return done(Reply::Error(*shared, body.status()));
+    done(Reply::Ok(*shared, std::move(body).value()));
   });
   if (!st.ok()) done(Reply::Error(*shared, st));
+}
+
+uint32_t Handlers::SeamOf(uint32_t requested) const {
+  return requested == protocol::kDefaultSeam ? config_.seam_w : requested;
+}
+
+SegmentKey Handlers::KeyOf(const std::string& name_space, uint32_t seam_w,
+                           std::span<const uint32_t> tokens) const {
+  CacheSettings settings;
+  settings.seam_w = seam_w;
+  return SegmentKey::Compute(name_space, model_->fingerprint(), settings, tokens);
+}
+
+Result<Handlers::EntryPtr> Handlers::Lookup(const SegmentKey& key, protocol::Tier* tier) {
+  auto probe = store_.Probe(std::span<const SegmentKey>(&key, 1), /*pin_hits=*/false);
+  if (!probe.tiers[0]) return EntryPtr();
+  auto handle = store_.Get(key, storage::Access::kHostBytes);
+  if (!handle.ok()) {
+    if (handle.status().code() == StatusCode::kNotFound) return EntryPtr();  // raced an evict
+    return handle.status();
+  }
+  *tier = WireTier(*probe.tiers[0]);
+  HYPIC_ASSIGN_OR_RETURN(EntryPtr entry, storage::ParseView((*handle)->host, *handle));
+  return entry;
+}
+
+Result<Handlers::EntryPtr> Handlers::Obtain(const SegmentKey& key, std::span<const uint32_t> tokens,
+                                            const std::string& name_space, uint32_t seam_w,
+                                            bool* hit, protocol::Tier* tier) {
+  HYPIC_ASSIGN_OR_RETURN(EntryPtr found, Lookup(key, tier));
+  if (found) {
+    *hit = true;
+    return found;
+  }
+  *hit = false;
+  std::promise<Result<EntryPtr>> promise;
+  std::shared_future<Result<EntryPtr>> future;
+  bool leader = false;
+  {
+    MutexLock lock(&flights_mu_);
+    auto it = flights_.find(key);
+    if (it == flights_.end()) {
+      future = promise.get_future().share();
+      flights_.emplace(key, future);
+      leader = true;
+    } else {
+      future = it->second;
+    }
+  }
+  auto stored_tier = [&] {
+    auto probe = store_.Probe(std::span<const SegmentKey>(&key, 1), /*pin_hits=*/false);
+    return probe.tiers[0] ? WireTier(*probe.tiers[0]) : protocol::Tier::kNone;
+  };
+  if (!leader) {
+    Result<EntryPtr> r = future.get();
+    *tier = stored_tier();
+    return r;
+  }
+  Result<EntryPtr> result = [&]() -> Result<EntryPtr> {
+    model::SegmentOptions options;
+    options.seam_w = seam_w;
+    options.name_space = name_space;
+    auto entry = model_->SegmentPrefill(tokens, options);
+    if (!entry.ok()) return entry.status().WithContext("segment prefill");
+    HYPIC_ASSIGN_OR_RETURN(auto bytes, storage::Serialize(**entry));
+    // A full store is not fatal for the request: the entry is still used for this prompt.
+    Status st = store_.Put(bytes);
+    if (!st.ok()) HYPIC_LOG_WARN("storing entry {}: {}", key.ToHex(), st.ToString());
+    return EntryPtr(std::move(entry).value());
+  }();
+  promise.set_value(result);
+  {
+    MutexLock lock(&flights_mu_);
+    flights_.erase(key);
+  }
+  *tier = stored_tier();
+  return result;
+}
+
+Result<protocol::Bytes> Handlers::Prefill(const Request& req) {
+  auto start = Clock::now();
+  HYPIC_ASSIGN_OR_RETURN(protocol::PrefillRequest in,
+                         protocol::Decode<protocol::PrefillRequest>(req.Body()));
+  uint32_t seam = SeamOf(in.seam_w);
+  protocol::PrefillReply out;
+  for (const auto& tokens : in.segments) {
+    HYPIC_RETURN_IF_ERROR(CheckDeadline(req));
+    SegmentKey key = KeyOf(in.name_space, seam, tokens);
+    bool hit = false;
+    protocol::PrefillResult r;
+    HYPIC_ASSIGN_OR_RETURN(EntryPtr entry, Obtain(key, tokens, in.name_space, seam, &hit, &r.tier));
+    r.key = key.hash();
+    r.was_cached = hit;
+    r.n_tokens = static_cast<uint32_t>(tokens.size());
+    HYPIC_ASSIGN_OR_RETURN(auto info, storage::InfoOf(*entry));
+    r.bytes = info.bytes;
+    out.results.push_back(r);
+  }
+  out.timings.prefill_us = out.timings.total_us = Micros(Clock::now() - start);
+  return protocol::Encode(out);
+}
+
+Result<protocol::Bytes> Handlers::Compose(const Request& req) {
+  auto start = Clock::now();
+  HYPIC_ASSIGN_OR_RETURN(protocol::ComposeRequest in,
+                         protocol::Decode<protocol::ComposeRequest>(req.Body()));
+  if (in.mode == protocol::ComposeMode::kPrefix) {
+    return Unsupported("COMPOSE mode prefix is a benchmark baseline (hypic-bench), not served");
+  }
+  if (in.parts.empty()) return BadRequest("COMPOSE without parts");
+  uint32_t seam = SeamOf(in.seam_w);
+  auto mode = static_cast<model::ComposeMode>(static_cast<uint8_t>(in.mode));
+  bool cached_mode = mode == model::ComposeMode::kHypic || mode == model::ComposeMode::kNaive;
+
+  protocol::ComposeReply out;
+  std::vector<model::ComposePart> parts(in.parts.size());
+  uint64_t probe_us = 0, prefill_us = 0;
+  for (size_t i = 0; i < in.parts.size(); ++i) {
+    HYPIC_RETURN_IF_ERROR(CheckDeadline(req));
+    const auto& p = in.parts[i];
+    protocol::PartResult pr;
+    model::ComposePart& mp = parts[i];
+    if (p.kind == protocol::PartKind::kRaw) {
+      mp.kind = model::ComposePart::Kind::kRaw;
+      mp.tokens = p.tokens;
+      pr.outcome = protocol::PartOutcome::kLive;
+      pr.n_tokens = static_cast<uint32_t>(p.tokens.size());
+      out.parts.push_back(pr);
+      continue;
+    }
+    mp.kind = model::ComposePart::Kind::kSegment;
+    auto t0 = Clock::now();
+    if (p.kind == protocol::PartKind::kSegmentKey) {
+      // Named by key: the tokens come from the stored entry.
+      SegmentKey key(p.key);
+      HYPIC_ASSIGN_OR_RETURN(EntryPtr entry, Lookup(key, &pr.tier));
+      if (!entry) return NotFound(fmt::format("COMPOSE part {}: no entry {}", i, key.ToHex()));
+      if (entry->meta().settings.seam_w != seam) {
+        return BadRequest(fmt::format("COMPOSE part {}: entry has seam {} but the request uses {}",
+                                      i, entry->meta().settings.seam_w, seam));
+      }
+      mp.tokens = entry->meta().tokens;
+      if (cached_mode) mp.entry = entry;
+      pr.outcome = protocol::PartOutcome::kHit;
+      pr.key = p.key;
+      probe_us += Micros(Clock::now() - t0);
+    } else {
+      mp.tokens = p.tokens;
+      SegmentKey key = KeyOf(in.name_space, seam, p.tokens);
+      pr.key = key.hash();
+      if (cached_mode) {
+        bool hit = false;
+        HYPIC_ASSIGN_OR_RETURN(mp.entry,
+                               Obtain(key, p.tokens, in.name_space, seam, &hit, &pr.tier));
+        pr.outcome = hit ? protocol::PartOutcome::kHit : protocol::PartOutcome::kMiss;
+        (hit ? probe_us : prefill_us) += Micros(Clock::now() - t0);
+      } else {
+        pr.outcome = protocol::PartOutcome::kLive;
+      }
+    }
+    pr.n_tokens = static_cast<uint32_t>(mp.tokens.size());
+    out.parts.push_back(pr);
+  }
+  if (mode == model::ComposeMode::kOracle) {
+    auto t0 = Clock::now();
+    model::SegmentOptions options;
+    options.seam_w = seam;
+    options.name_space = in.name_space;
+    HYPIC_RETURN_IF_ERROR(model_->PrefillEntries(parts, mode, options));
+    prefill_us += Micros(Clock::now() - t0);
+  }
+  HYPIC_RETURN_IF_ERROR(CheckDeadline(req));
+
+  auto t0 = Clock::now();
+  model::ComposeOptions options;
+  options.mode = mode;
+  options.seam_w = seam;
+  options.want_state = in.return_state;
+  auto composed = model_->Compose(parts, options);
+  if (!composed.ok()) {
+    StatusCode code = composed.status().code();
+    if (code == StatusCode::kBadRequest) return composed.status();
+    return ComputeFailed(composed.status().ToString());
+  }
+  out.timings.compose_us = Micros(Clock::now() - t0);
+  metrics_.ObserveTtft(std::chrono::duration<double>(Clock::now() - req.received).count());
+
+  const std::vector<float>& logits = composed->logits;
+  uint32_t k = std::min<uint32_t>(in.top_k, static_cast<uint32_t>(logits.size()));
+  std::vector<uint32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](uint32_t a, uint32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (uint32_t i = 0; i < k; ++i) out.top.push_back({order[i], logits[order[i]]});
+  out.n_tokens = 0;
+  for (const auto& p : parts) out.n_tokens += static_cast<uint32_t>(p.tokens.size());
+  if (in.return_state) {
+    HYPIC_ASSIGN_OR_RETURN(out.state, StateStream(model_->config(), composed->state));
+    out.has_state = true;
+  }
+  out.timings.probe_us = probe_us;
+  out.timings.prefill_us = prefill_us;
+  out.timings.total_us = Micros(Clock::now() - start);
+  return protocol::Encode(out);
 }
 
 }  // namespace hypic::server

@@ -2,26 +2,35 @@
 // Handlers own the meaning of the operations:
 //   HELLO (the server's part; protocol::ServerSession checks versions and tokens), PING;
 //   HAS, GET, PUT, DEL -> the tiered store (storage::TierManager);
-//   PREFILL, COMPOSE   -> the compute queue, then the model runtime;
+//   PREFILL, COMPOSE   -> the compute queue, then the model (misses are prefilled once per key
+//                         even when several requests miss it together, and stored);
 //   STATS, EVICT, PIN, UNPIN, FLUSH, CONFIG, SHUTDOWN, LIST, VERIFY (admin only).
 //
 // Cheap operations answer inline on the calling (session) thread; compute operations are
 // queued (BUSY at once when the queue is full) and answer from a compute worker. Either way
-// `done` is called exactly once. Thread-safe: one Handlers serves every session concurrently.
+// `done` is called exactly once. Without a model (model = "none") PREFILL and COMPOSE answer
+// UNSUPPORTED. Thread-safe: one Handlers serves every session concurrently.
 #pragma once
 
 #include <chrono>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
+#include "core/segment_entry.h"
 #include "core/status.h"
+#include "core/thread_annotations.h"
+#include "gpu/model/model.h"
 #include "protocol/decoder.h"
 #include "protocol/messages.h"
 #include "server/compute_queue.h"
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/request.h"
+#include "storage/tier_manager.h"
 
 namespace hypic::server {
 
@@ -35,8 +44,10 @@ class Handlers {
  public:
   using Done = std::function<void(Reply)>;
 
+  // `model` may be null (no compute). The store and the model must outlive the handlers.
   Handlers(const ServerConfig& config, Metrics& metrics, ComputeQueue& compute,
-           ServerControl control);
+           ServerControl control, storage::TierManager& store,
+           std::shared_ptr<const model::Model> model);
   ~Handlers();
 
   // The server's part of every HELLO reply (version string, features, model, limits); the
@@ -45,24 +56,57 @@ class Handlers {
   // The limits a connection's decoder gets once HELLO has succeeded.
   protocol::DecodeLimits ReadyLimits() const;
 
-  // Answers `req` (any opcode but HELLO). REQUIRES: the session checked the admin grant.
+  // Answers `req` (any opcode but HELLO). REQUIRES: the session admitted it (admin grant).
   void Handle(Request req, Done done);
 
   // Flushes the store (drain, FLUSH).
   Status Flush();
 
  private:
+  using EntryPtr = std::shared_ptr<const SegmentEntry>;
+  using Clock = std::chrono::steady_clock;
+
   Reply Ping(const Request& req) const;
+  Reply Has(const Request& req);
+  Reply Get(const Request& req);
+  Reply Put(const Request& req);
+  Reply Del(const Request& req);
+  Reply PinOp(const Request& req, bool pin);
+  Reply Evict(const Request& req);
+  Reply FlushOp(const Request& req);
+  Reply List(const Request& req) const;
+  Reply Verify(const Request& req);
   Reply Stats(const Request& req) const;
   Reply Config(const Request& req) const;
   Reply Shutdown(const Request& req) const;
   void Compute(Request req, Done done);
+  Result<protocol::Bytes> Prefill(const Request& req);
+  Result<protocol::Bytes> Compose(const Request& req);
+
+  uint32_t SeamOf(uint32_t requested) const;
+  SegmentKey KeyOf(const std::string& name_space, uint32_t seam_w,
+                   std::span<const uint32_t> tokens) const;
+  // The stored entry of `key` (parsed and verified), or nullptr on a miss; `tier` gets where.
+  Result<EntryPtr> Lookup(const SegmentKey& key, protocol::Tier* tier);
+  // The entry of a segment: from the store, or prefilled (once per key across concurrent
+  // requests) and stored. `hit` and `tier` describe what happened.
+  Result<EntryPtr> Obtain(const SegmentKey& key, std::span<const uint32_t> tokens,
+                          const std::string& name_space, uint32_t seam_w, bool* hit,
+                          protocol::Tier* tier);
 
   const ServerConfig& config_;
   Metrics& metrics_;
   ComputeQueue& compute_;
   ServerControl control_;
-  const std::chrono::steady_clock::time_point started_;
+  storage::TierManager& store_;
+  const std::shared_ptr<const model::Model> model_;
+  const Clock::time_point started_;
+
+  // Single flight: the prefill of a key that another request is already computing is awaited,
+  // not repeated (RELIABILITY row 10).
+  Mutex flights_mu_;
+  std::unordered_map<SegmentKey, std::shared_future<Result<EntryPtr>>, SegmentKeyHasher> flights_
+      GUARDED_BY(flights_mu_);
 };
 
 }  // namespace hypic::server

@@ -13,6 +13,9 @@
 
 #include "core/logging.h"
 #include "server/session.h"
+#include "storage/hbm_tier.h"
+#include "storage/host_tier.h"
+#include "storage/rocks_tier.h"
 
 namespace hypic::server {
 
@@ -55,16 +58,75 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
         fmt::format("config key 'data_dir': cannot create {}: {}", config.data_dir, ec.message()));
   }
   std::unique_ptr<Server> s(new Server(std::move(config)));
+  const ServerConfig& c = s->config_;
   s->metrics_ = std::make_unique<Metrics>();
+
+  // The store: HBM (CUDA only) -> host RAM -> SSD, each present when its capacity is > 0.
+  gpu::Backend* cuda = gpu::FindBackend(gpu::BackendKind::kCuda);
+  std::unique_ptr<storage::Tier> hbm, host, ssd;
+  if (cuda != nullptr && c.hbm_capacity.value_or(0) > 0) {
+    auto tier = storage::HbmTier::Create(*cuda, 0, *c.hbm_capacity);
+    if (!tier.ok()) return tier.status().WithContext("config key 'hbm_capacity'");
+    hbm = std::move(tier).value();
+  }
+  if (c.ram_capacity.value_or(0) > 0) {
+    host = std::make_unique<storage::HostTier>(*c.ram_capacity, cuda);
+  }
+  if (c.ssd_capacity.value_or(0) > 0) {
+    storage::RocksTierOptions ro;
+    ro.path = (fs::path(c.data_dir) / "ssd").string();
+    ro.capacity = *c.ssd_capacity;
+    auto tier = storage::RocksTier::Open(ro);
+    if (!tier.ok()) return tier.status().WithContext("config key 'ssd_capacity' (SSD tier)");
+    ssd = std::move(tier).value();
+  }
+  if (!hbm && !host && !ssd) {
+    return BadRequest(
+        "config key 'ram_capacity': every tier has capacity 0; nothing can be cached");
+  }
+  storage::TierManagerOptions so;
+  so.policy = c.eviction_policy == "cost" ? storage::EvictionPolicy::kCostAware
+                                          : storage::EvictionPolicy::kLru;
+  if (!host) so.placement = hbm ? storage::TierKind::kHbm : storage::TierKind::kSsd;
+  auto store = storage::TierManager::Create(so, std::move(hbm), std::move(host), std::move(ssd));
+  if (!store.ok()) return store.status().WithContext("opening the store");
+  s->store_ = std::move(store).value();
+
+  if (c.model != "none") {
+    auto t0 = std::chrono::steady_clock::now();
+    auto model = model::LoadModel(c.model, c.ModelCacheDir());
+    if (!model.ok()) return model.status().WithContext("config key 'model' (" + c.model + ")");
+    s->model_ = std::move(model).value();
+    HYPIC_LOG_INFO("model {} loaded in {:.1f} s (fingerprint {})", c.model,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                   s->model_->fingerprint().ToHex());
+  }
   Metrics* metrics = s->metrics_.get();
+  storage::TierManager* store_ptr = s->store_.get();
+  metrics->SetTierSampler([store_ptr] {
+    std::vector<TierSample> samples;
+    for (const auto& t : store_ptr->Stats()) {
+      TierSample ts;
+      ts.tier = std::string(storage::TierKindName(t.kind));
+      ts.hits = t.counters.hits;
+      ts.misses = t.counters.misses;
+      ts.evictions = t.counters.evictions;
+      ts.checksum_failures = t.counters.checksum_failures;
+      ts.bytes = t.counters.bytes;
+      ts.capacity_bytes = t.counters.capacity;
+      ts.entries = t.counters.entries;
+      samples.push_back(std::move(ts));
+    }
+    return samples;
+  });
   s->compute_ = std::make_unique<ComputeQueue>(
       s->config_.compute_workers, s->config_.compute_queue,
       [metrics](int64_t depth) { metrics->SetComputeQueueDepth(depth); });
   Server* self = s.get();
   ServerControl control{[self](const std::string& reason) { self->RequestShutdown(reason); },
                         [self] { return self->connection_count(); }};
-  s->handlers_ =
-      std::make_unique<Handlers>(s->config_, *s->metrics_, *s->compute_, std::move(control));
+  s->handlers_ = std::make_unique<Handlers>(s->config_, *s->metrics_, *s->compute_,
+                                            std::move(control), *s->store_, s->model_);
   return s;
 }
 

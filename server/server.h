@@ -29,6 +29,7 @@
 #include "server/config.h"
 #include "server/handlers.h"
 #include "server/metrics.h"
+#include "storage/tier_manager.h"
 
 namespace hypic::server {
 
@@ -36,7 +37,8 @@ class Session;
 
 class Server {
  public:
-  // Opens the store and loads the model named by `config` (already resolved).
+  // Opens the store (RAM tier, SSD tier under <data_dir>/ssd, HBM tier with CUDA) and loads
+  // the model named by `config` (already resolved by ResolveMachineDefaults).
   static Result<std::unique_ptr<Server>> Create(ServerConfig config);
   ~Server();
 
@@ -70,6 +72,8 @@ class Server {
   // destroyed before the objects sessions call into.
   ServerConfig config_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<storage::TierManager> store_;
+  std::shared_ptr<const model::Model> model_;
   std::unique_ptr<ComputeQueue> compute_;
   std::unique_ptr<Handlers> handlers_;
   boost::asio::io_context io_;

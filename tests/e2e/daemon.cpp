@@ -103,6 +103,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options) {
       "--data-dir",     d->data_dir_, "--listen",       "127.0.0.1:0",
       "--ready-file",   ready,        "--metrics",      options.metrics ? "127.0.0.1:0" : "off",
       "--ram-capacity", "256MiB",     "--ssd-capacity", "256MiB"};
+  // The tiny built-in model, generated once per build tree and shared by every test.
+  for (std::string a : {"--model", "builtin:tiny", "--model-cache-dir"}) args.push_back(a);
+  args.push_back(BinDir() + "/../e2e-models");
   args.insert(args.end(), options.args.begin(), options.args.end());
   d->pid_ = Spawn(args, options.env, d->data_dir_ + "/hypicd.log");
   if (d->pid_ < 0) return IoError("cannot spawn " + BinDir() + "/hypicd");

@@ -91,7 +91,7 @@ TEST_CASE("HELLO, PING, pipelining and CONFIG over TCP and the unix socket") {
     REQUIRE_OK(config);
     REQUIRE(config->status() == StatusCode::kOk);
     auto j = ParseJson(*config);
-    CHECK(j["model"] == "builtin:small");
+    CHECK(j["model"] == "builtin:tiny");
     CHECK(j["data_dir"] == daemon.data_dir());
     CHECK(j["token"] == "");
 
