@@ -23,6 +23,7 @@ TEST_CASE("xxh3 matches the upstream xxHash test vectors") {
   CHECK(Xxh3_64(std::as_bytes(std::span<const char>(abc))) == Xxh3_64(abc.data(), abc.size()));
 }
 
+// The wire form (ToBytes/FromBytes) is covered in segment_key_test.cpp.
 TEST_CASE("Hash128 hex form: high half first, round trip, both cases, bad input") {
   const Hash128 h{0x0123456789abcdefull, 0xfedcba9876543210ull};
   CHECK(h.ToHex() == "fedcba98765432100123456789abcdef");
@@ -36,14 +37,6 @@ TEST_CASE("Hash128 hex form: high half first, round trip, both cases, bad input"
   CHECK(Hash128{}.IsZero());
   CHECK_FALSE(h.IsZero());
   CHECK(Hash128{}.ToHex() == std::string(32, '0'));
-}
-
-TEST_CASE("Hash128 wire form is little-endian lo then hi") {
-  const Hash128 h{0x0807060504030201ull, 0x100f0e0d0c0b0a09ull};
-  std::byte out[16];
-  h.ToBytes(out);
-  for (int i = 0; i < 16; ++i) CHECK(out[i] == static_cast<std::byte>(i + 1));
-  CHECK(Hash128::FromBytes(out) == h);
 }
 
 TEST_CASE("Hash128 orders and hashes") {
