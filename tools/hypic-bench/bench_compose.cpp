@@ -1,0 +1,357 @@
+// `hypic-bench compose`: the model-runtime figures of docs/benchmarks.md (issue 4). One process,
+// one run, every mode side by side on the same prompt of N segments and a raw suffix:
+//   - per mode (full, naive, hypic, oracle): median TTFT of the compose (entries are prefilled
+//     first, untimed), speedup against full, KL(full || mode), top-1 agreement and max |dlogit|
+//     of the last token;
+//   - SegmentPrefill with and without building (T, S(C|0)) -> the T overhead in percent;
+//   - entry bytes per segment;
+//   - full-prefill tokens/s and GFLOP/s against an sgemm peak measured in the same run.
+//
+//   hypic-bench compose --model DIR|builtin:small [--segments 16] [--segment-len 1024]
+//       [--suffix 32] [--seam 8] [--modes full,naive,hypic,oracle] [--reps 3] [--json]
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "gpu/model/model.h"
+#include "tools/common/subcommand.h"
+
+namespace hypic::tools {
+namespace {
+
+using model::ComposeMode;
+using model::ComposePart;
+using Json = nlohmann::json;
+
+struct Options {
+  std::string model = "builtin:small";
+  std::string cache_dir = "/tmp/hypic-models";
+  int segments = 16;
+  int segment_len = 1024;
+  int suffix = 32;
+  uint32_t seam = 8;
+  std::string modes = "full,naive,hypic,oracle";
+  int reps = 3;
+  int t_segments = 4;  // segments timed for the T overhead
+  uint64_t seed = 1;
+  bool json = false;
+};
+
+double Seconds(std::chrono::steady_clock::time_point a) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+}
+
+// Wall seconds, and process CPU seconds (all threads): on a shared, oversubscribed machine the
+// CPU figure is the stable one; both are reported.
+struct Timing {
+  double wall = 0, cpu = 0;
+  Timing& operator+=(const Timing& o) {
+    wall += o.wall;
+    cpu += o.cpu;
+    return *this;
+  }
+};
+
+double CpuSeconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC; }
+
+template <typename Fn>
+Timing Median(int reps, Fn&& fn) {
+  std::vector<double> wall, cpu;
+  for (int i = 0; i < reps; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    const double c = CpuSeconds();
+    fn();
+    cpu.push_back(CpuSeconds() - c);
+    wall.push_back(Seconds(a));
+  }
+  std::sort(wall.begin(), wall.end());
+  std::sort(cpu.begin(), cpu.end());
+  return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
+}
+
+// OpenBLAS sgemm at n = 2048 (TARGETS.md's "sgemm peak" measurement), median of 3; FLOPs per
+// wall second and per CPU second.
+Timing SgemmPeakGflops() {
+  constexpr int n = 2048;
+  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a), c(a.size());
+  const Timing t = Median(3, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
+  });
+  const double flop = 2.0 * n * n * n;
+  return {flop / t.wall / 1e9, flop / t.cpu / 1e9};
+}
+
+// Matmul FLOPs of a full prefill of T tokens with last-row logits: every projection, the routed
+// and shared experts, causal attention (QK and PV over the causal pairs). The recurrence, conv
+// and elementwise work are not counted.
+double PrefillFlops(const model::ModelConfig& c, double T) {
+  const double h = static_cast<double>(c.hidden_size);
+  double per_token = 0.0, attention = 0.0;
+  for (int64_t li = 0; li < c.num_layers; ++li) {
+    if (c.layer_kinds[static_cast<size_t>(li)] == model::LayerKind::kLinear) {
+      const double cin =
+          static_cast<double>(c.conv_channels() + c.value_width() + 2 * c.linear_value_heads);
+      per_token += 2 * h * (cin + static_cast<double>(c.value_width()));
+    } else {
+      const double hd = static_cast<double>(c.head_dim);
+      per_token += 2 * h * hd * static_cast<double>(3 * c.num_heads + 2 * c.num_kv_heads);
+      attention += 4.0 * hd * static_cast<double>(c.num_heads) * T * (T + 1) / 2;
+    }
+    if (c.mlp_kinds[static_cast<size_t>(li)] == model::MlpKind::kMoe) {
+      per_token += 2 * h * static_cast<double>(c.num_experts);
+      per_token += 6 * h *
+                   static_cast<double>(c.experts_per_token * c.moe_intermediate_size +
+                                       c.shared_expert_intermediate_size);
+    } else {
+      per_token += 6 * h * static_cast<double>(c.intermediate_size);
+    }
+  }
+  return per_token * T + attention + 2 * h * static_cast<double>(c.vocab_size);
+}
+
+struct ModeResult {
+  ComposeMode mode = ComposeMode::kFull;
+  Timing ttft;
+  double kl = 0;
+  bool top1 = false;
+  double max_dlogit = 0;
+  int64_t live = 0, cached = 0;
+};
+
+double Kl(const std::vector<float>& p_logits, const std::vector<float>& q_logits) {
+  auto softmax = [](const std::vector<float>& l) {
+    const double mx = *std::max_element(l.begin(), l.end());
+    std::vector<double> p(l.size());
+    double s = 0;
+    for (size_t i = 0; i < l.size(); ++i) s += p[i] = std::exp(l[i] - mx);
+    for (double& x : p) x /= s;
+    return p;
+  };
+  const auto p = softmax(p_logits), q = softmax(q_logits);
+  double kl = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] > 0) kl += p[i] * (std::log(p[i]) - std::log(std::max(q[i], 1e-300)));
+  }
+  return std::max(kl, 0.0);
+}
+
+int Run(const Options& opt) {
+  auto loaded = model::LoadModel(opt.model, opt.cache_dir);
+  if (!loaded.ok()) {
+    fmt::print(stderr, "hypic-bench compose: {}\n", loaded.status().ToString());
+    return kExitBadInput;
+  }
+  const model::Model& m = **loaded;
+  std::vector<ComposeMode> modes;
+  std::stringstream ss(opt.modes);
+  for (std::string name; std::getline(ss, name, ',');) {
+    auto mode = model::ComposeModeFromName(name);
+    if (!mode.ok()) {
+      fmt::print(stderr, "hypic-bench compose: --modes: {}\n", mode.status().message());
+      return kExitBadInput;
+    }
+    modes.push_back(*mode);
+  }
+  if (opt.segments < 1 || opt.segment_len < 1 || opt.suffix < 1 || opt.reps < 1) {
+    fmt::print(stderr,
+               "hypic-bench compose: --segments, --segment-len, --suffix, --reps must be >= 1\n");
+    return kExitBadInput;
+  }
+
+  std::mt19937_64 gen(opt.seed);
+  std::uniform_int_distribution<uint32_t> tok(0, static_cast<uint32_t>(m.config().vocab_size - 1));
+  auto tokens = [&](int n) {
+    std::vector<uint32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = tok(gen);
+    return t;
+  };
+  std::vector<ComposePart> prompt;
+  for (int i = 0; i < opt.segments; ++i) {
+    prompt.push_back({ComposePart::Kind::kSegment, tokens(opt.segment_len), nullptr});
+  }
+  prompt.push_back({ComposePart::Kind::kRaw, tokens(opt.suffix), nullptr});
+  const int64_t total = int64_t{opt.segments} * opt.segment_len + opt.suffix;
+  const model::SegmentOptions seg_opts{.seam_w = opt.seam};
+  auto fail = [](const Status& s) {
+    fmt::print(stderr, "hypic-bench compose: {}\n", s.ToString());
+    return kExitFailure;
+  };
+
+  if (!opt.json) {
+    fmt::print(
+        "hypic-bench compose: {} ({} params), {} x {} tokens + {} suffix = {} tokens, "
+        "seam {}, {} threads, median of {}\n",
+        opt.model, m.config().ParameterCount(), opt.segments, opt.segment_len, opt.suffix, total,
+        opt.seam, std::thread::hardware_concurrency(), opt.reps);
+  }
+  const Timing peak = SgemmPeakGflops();
+
+  // The reference: full prefill (always run, every other mode is compared with it).
+  std::vector<float> full_logits;
+  const Timing full = Median(opt.reps, [&] {
+    auto r = m.Compose(prompt, {.mode = ComposeMode::kFull, .seam_w = opt.seam});
+    if (r.ok()) full_logits = std::move(r->logits);
+  });
+  if (full_logits.empty()) return fail(Internal("full prefill failed"));
+
+  // Entries: position-independent (naive, hypic) and in-context (oracle), untimed.
+  std::vector<ComposePart> pic = prompt, oracle = prompt;
+  size_t entry_bytes = 0;
+  for (ComposeMode mode : modes) {
+    if (mode == ComposeMode::kOracle && oracle.front().entry == nullptr) {
+      Status st = m.PrefillEntries(oracle, ComposeMode::kOracle, seg_opts);
+      if (!st.ok()) return fail(st);
+    } else if ((mode == ComposeMode::kHypic || mode == ComposeMode::kNaive) &&
+               pic.front().entry == nullptr) {
+      Status st = m.PrefillEntries(pic, ComposeMode::kHypic, seg_opts);
+      if (!st.ok()) return fail(st);
+      entry_bytes = pic.front().entry->TensorBytes();
+    }
+  }
+
+  std::vector<ModeResult> results;
+  for (ComposeMode mode : modes) {
+    ModeResult r;
+    r.mode = mode;
+    if (mode == ComposeMode::kFull) {
+      r.ttft = full;
+      r.top1 = true;
+      r.live = total;
+      results.push_back(r);
+      continue;
+    }
+    const auto& parts = mode == ComposeMode::kOracle ? oracle : pic;
+    std::vector<float> logits;
+    Status st;
+    r.ttft = Median(opt.reps, [&] {
+      auto c = m.Compose(parts, {.mode = mode, .seam_w = opt.seam});
+      st = c.status();
+      if (c.ok()) {
+        logits = std::move(c->logits);
+        r.live = c->live_tokens;
+        r.cached = c->cached_tokens;
+      }
+    });
+    if (!st.ok()) return fail(st);
+    r.kl = Kl(full_logits, logits);
+    r.top1 = std::max_element(logits.begin(), logits.end()) - logits.begin() ==
+             std::max_element(full_logits.begin(), full_logits.end()) - full_logits.begin();
+    for (size_t i = 0; i < logits.size(); ++i) {
+      r.max_dlogit =
+          std::max(r.max_dlogit, static_cast<double>(std::abs(logits[i] - full_logits[i])));
+    }
+    results.push_back(r);
+  }
+
+  // T overhead: SegmentPrefill (with T and S(C|0)) against a plain prefill of the same tokens.
+  const int t_segs = std::min(opt.t_segments, opt.segments);
+  Timing plain, with_t;
+  for (int i = 0; i < t_segs; ++i) {
+    const auto& seg = prompt[static_cast<size_t>(i)].tokens;
+    plain += Median(opt.reps, [&] { (void)m.FullPrefill(seg, {.want_state = false}); });
+    with_t += Median(opt.reps, [&] { (void)m.SegmentPrefill(seg, seg_opts); });
+  }
+  const double t_overhead_cpu = 100.0 * (with_t.cpu - plain.cpu) / plain.cpu;
+  const double t_overhead_wall = 100.0 * (with_t.wall - plain.wall) / plain.wall;
+  const double flops = PrefillFlops(m.config(), static_cast<double>(total));
+  const Timing gflops{flops / full.wall / 1e9, flops / full.cpu / 1e9};
+
+  if (opt.json) {
+    Json j;
+    j["model"] = opt.model;
+    j["parameters"] = m.config().ParameterCount();
+    j["segments"] = opt.segments;
+    j["segment_len"] = opt.segment_len;
+    j["suffix"] = opt.suffix;
+    j["seam"] = opt.seam;
+    j["tokens"] = total;
+    j["reps"] = opt.reps;
+    j["threads"] = std::thread::hardware_concurrency();
+    for (const ModeResult& r : results) {
+      j["modes"][std::string(model::ComposeModeName(r.mode))] = {
+          {"ttft_ms", r.ttft.wall * 1e3},
+          {"ttft_cpu_ms", r.ttft.cpu * 1e3},
+          {"speedup_vs_full", full.wall / r.ttft.wall},
+          {"speedup_vs_full_cpu", full.cpu / r.ttft.cpu},
+          {"kl_vs_full", r.kl},
+          {"top1_agrees", r.top1},
+          {"max_abs_dlogit", r.max_dlogit},
+          {"live_tokens", r.live},
+          {"cached_tokens", r.cached}};
+    }
+    j["segment_prefill_ms"] = {{"plain", plain.wall / t_segs * 1e3},
+                               {"with_t", with_t.wall / t_segs * 1e3},
+                               {"plain_cpu", plain.cpu / t_segs * 1e3},
+                               {"with_t_cpu", with_t.cpu / t_segs * 1e3}};
+    j["t_overhead_pct"] = t_overhead_wall;
+    j["t_overhead_cpu_pct"] = t_overhead_cpu;
+    j["entry_bytes_per_segment"] = entry_bytes;
+    j["full_prefill"] = {{"tokens_per_s", static_cast<double>(total) / full.wall},
+                         {"tokens_per_cpu_s", static_cast<double>(total) / full.cpu},
+                         {"gflops", gflops.wall},
+                         {"gflops_per_cpu_s", gflops.cpu},
+                         {"sgemm_peak_gflops", peak.wall},
+                         {"sgemm_peak_gflops_per_cpu_s", peak.cpu},
+                         {"fraction_of_peak", gflops.wall / peak.wall},
+                         {"fraction_of_peak_cpu", gflops.cpu / peak.cpu}};
+    fmt::print("{}\n", j.dump(2));
+    return kExitOk;
+  }
+  fmt::print("{:<8} {:>10} {:>10} {:>9} {:>9} {:>11} {:>5} {:>11} {:>7} {:>7}\n", "mode", "TTFT ms",
+             "CPU ms", "speedup", "(CPU)", "KL vs full", "top1", "max|dlogit|", "live", "cached");
+  for (const ModeResult& r : results) {
+    fmt::print(
+        "{:<8} {:>10.1f} {:>10.1f} {:>8.1f}x {:>8.1f}x {:>11.3e} {:>5} {:>11.3e} {:>7} {:>7}\n",
+        model::ComposeModeName(r.mode), r.ttft.wall * 1e3, r.ttft.cpu * 1e3,
+        full.wall / r.ttft.wall, full.cpu / r.ttft.cpu, r.kl, r.top1 ? "yes" : "no", r.max_dlogit,
+        r.live, r.cached);
+  }
+  fmt::print(
+      "segment prefill ({} x {} tokens): plain {:.1f} ms ({:.1f} CPU), with T {:.1f} ms "
+      "({:.1f} CPU) -> T overhead {:.1f}% wall, {:.1f}% CPU\n",
+      t_segs, opt.segment_len, plain.wall / t_segs * 1e3, plain.cpu / t_segs * 1e3,
+      with_t.wall / t_segs * 1e3, with_t.cpu / t_segs * 1e3, t_overhead_wall, t_overhead_cpu);
+  fmt::print("entry bytes per segment: {} ({:.2f} MiB)\n", entry_bytes, entry_bytes / 1048576.0);
+  fmt::print(
+      "full prefill: {:.0f} tokens/s ({:.0f} per CPU-s), {:.1f} GFLOP/s = {:.0f}% of the "
+      "sgemm peak {:.1f} GFLOP/s; per CPU-s {:.1f} of {:.1f} = {:.0f}%\n",
+      static_cast<double>(total) / full.wall, static_cast<double>(total) / full.cpu, gflops.wall,
+      100.0 * gflops.wall / peak.wall, peak.wall, gflops.cpu, peak.cpu,
+      100.0 * gflops.cpu / peak.cpu);
+  return kExitOk;
+}
+
+const bool kRegistered = RegisterSubcommand(
+    "compose", "Full prefill vs PIC compose (naive, hypic, oracle) on one prompt",
+    [](CLI::App& sub) -> Action {
+      auto opt = std::make_shared<Options>();
+      sub.add_option("--model", opt->model, "Model directory or builtin:NAME")
+          ->capture_default_str();
+      sub.add_option("--cache-dir", opt->cache_dir, "Where builtin models are generated")
+          ->capture_default_str();
+      sub.add_option("--segments", opt->segments, "Cached segments")->capture_default_str();
+      sub.add_option("--segment-len", opt->segment_len, "Tokens per segment")
+          ->capture_default_str();
+      sub.add_option("--suffix", opt->suffix, "Raw query tokens")->capture_default_str();
+      sub.add_option("--seam", opt->seam, "Seam window w")->capture_default_str();
+      sub.add_option("--modes", opt->modes, "Comma-separated modes")->capture_default_str();
+      sub.add_option("--reps", opt->reps, "Repetitions (median)")->capture_default_str();
+      sub.add_option("--t-segments", opt->t_segments, "Segments timed for the T overhead")
+          ->capture_default_str();
+      sub.add_option("--seed", opt->seed, "Token seed")->capture_default_str();
+      sub.add_flag("--json", opt->json, "Print one JSON object");
+      return [opt] { return Run(*opt); };
+    });
+
+}  // namespace
+}  // namespace hypic::tools
