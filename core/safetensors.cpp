@@ -377,8 +377,9 @@ Result<std::span<const std::byte>> SafetensorsFile::Bytes(std::string_view name)
 Result<TensorView> SafetensorsFile::Get(std::string_view name) const {
   HYPIC_ASSIGN_OR_RETURN(const SafetensorsTensorInfo* info, Info(name));
   HYPIC_ASSIGN_OR_RETURN(std::span<const std::byte> bytes, Bytes(name));
-  // The mapping is page-aligned, so the file offset decides the alignment.
-  if ((header_.data_offset + info->begin) % DTypeSize(info->dtype) != 0) {
+  // The mapping is page-aligned, so the file offset decides the alignment. An empty tensor
+  // has no data to misalign.
+  if (info->size() > 0 && (header_.data_offset + info->begin) % DTypeSize(info->dtype) != 0) {
     return Unsupported(fmt::format(
         "{}: tensor \"{}\" starts at file offset {}, not aligned to its {}-byte elements; "
         "use ReadCopy",

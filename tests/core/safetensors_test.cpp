@@ -274,17 +274,18 @@ TEST_CASE("writer takes host views and owned buffers") {
 
 TEST_CASE("files from other writers: unaligned header, padding and gaps") {
   TempDir dir;
-  // A 109-byte header (odd, trailing spaces), an F16 tensor at data offset 0 (file offset 117,
-  // misaligned for 2-byte elements), a 3-byte gap, then a U8 tensor. All legal.
+  // An odd-length header, an F16 tensor at data offset 0 (an odd file offset,
+  // misaligned for 2-byte elements), a 3-byte gap, a U8 tensor, and an empty I64 tensor at an
+  // odd offset. All legal.
   const std::string json =
       R"({"h":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},"u":{"dtype":"U8","shape":[2],)"
-      R"("data_offsets":[7,9]}}   )";
+      R"("data_offsets":[7,9]},"e":{"dtype":"I64","shape":[0],"data_offsets":[5,5]}})";
   std::vector<std::byte> image = Image(json, 9);
   for (size_t i = 0; i < 9; ++i) image[8 + json.size() + i] = static_cast<std::byte>(i + 1);
   WriteRaw(dir / "x.safetensors", image);
   auto file = SafetensorsFile::Open(dir / "x.safetensors");
   REQUIRE_OK(file);
-  CHECK((*file)->tensors().size() == 2);
+  CHECK((*file)->tensors().size() == 3);
   const bool aligned = (8 + json.size()) % 2 == 0;
   REQUIRE_FALSE(aligned);
   CheckError((*file)->Get("h").status(), StatusCode::kUnsupported, {"\"h\"", "ReadCopy"});
@@ -297,6 +298,9 @@ TEST_CASE("files from other writers: unaligned header, padding and gaps") {
   REQUIRE_OK(u);
   CHECK(u->data_as<uint8_t>()[0] == 8);
   CHECK(u->data_as<uint8_t>()[1] == 9);
+  Result<TensorView> e = (*file)->Get("e");  // empty: nothing to misalign
+  REQUIRE_OK(e);
+  CHECK(e->NumElements() == 0);
 }
 
 TEST_CASE("a rewritten file leaves old mappings intact") {
