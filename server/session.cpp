@@ -406,9 +406,18 @@ void Session::RejectFrame(DecodeStatus st, const protocol::Frame& frame) {
   server_.metrics().FrameRejected(protocol::DecodeStatusName(st));
   Status status(protocol::DecodeStatusCode(st), std::string(protocol::DecodeStatusName(st)));
   HYPIC_LOG_DEBUG("session {} ({}): rejected frame: {}", id_, peer_, status.ToString());
-  if (protocol::HeaderTrusted(st)) {
+  // Echo the request_id when the header was checked far enough for the reply to be a valid
+  // frame (a known opcode that is not GOAWAY, a known checksum kind); else only the GOAWAY.
+  const protocol::FrameHeader& fh = frame.header;
+  auto op = static_cast<uint8_t>(fh.opcode);
+  if (protocol::HeaderTrusted(st) && protocol::IsKnownOpcode(op) &&
+      fh.opcode != protocol::Opcode::kGoAway) {
     Request req;
-    req.header = frame.header;
+    req.header = fh;
+    if (static_cast<uint8_t>(fh.checksum_kind) == 0 ||
+        static_cast<uint8_t>(fh.checksum_kind) > protocol::kMaxChecksumKind) {
+      req.header.checksum_kind = protocol::ChecksumKind::kCrc32;
+    }
     QueueReply(Reply::Error(req, status), 0, /*counts_request=*/false);
   }
   if (st != DecodeStatus::kBadBodyChecksum) CloseAfterWrites(status.code(), status.message());
