@@ -458,8 +458,9 @@ void Session::MaybeFinishDrain() {
 Clock::time_point Session::NextDeadline() const {
   const ServerConfig& c = server_.config();
   using std::chrono::milliseconds;
+  // Once closing, only the close grace matters (the other deadlines have done their job).
+  if (close_deadline_) return *close_deadline_;
   Clock::time_point d = Clock::time_point::max();
-  if (close_deadline_) d = std::min(d, *close_deadline_);
   if (proto_.phase() != protocol::ServerSession::Phase::kReady) {
     d = std::min(d, accepted_ + milliseconds(c.hello_timeout_ms));
   }
