@@ -24,19 +24,28 @@ Status ReplyStatus(const Reply& r) {
                 std::string(reinterpret_cast<const char*>(r.body.data()), r.body.size()));
 }
 
+// Message decode failures on replies mean the server sent something malformed.
+template <typename T>
+Result<T> AsCorruption(Result<T> r) {
+  if (r.ok() || r.status().code() == StatusCode::kCorruption) return r;
+  return Corruption("malformed reply from the server: " + r.status().message());
+}
+
 Result<Done> ParseDone(Reply&&) { return Done{}; }
 Result<Bytes> ParseBody(Reply&& r) { return std::move(r.body); }
 Result<std::string> ParseText(Reply&& r) {
   return std::string(reinterpret_cast<const char*>(r.body.data()), r.body.size());
 }
 Result<std::vector<protocol::Tier>> ParseHas(Reply&& r) {
-  HYPIC_ASSIGN_OR_RETURN(auto m, protocol::Decode<protocol::HasReply>(ByteSpan(r.body)));
+  HYPIC_ASSIGN_OR_RETURN(auto m,
+                         AsCorruption(protocol::Decode<protocol::HasReply>(ByteSpan(r.body))));
   return std::move(m.tiers);
 }
 Result<GetResult> ParseGet(Reply&& r) {
   GetResult g;
   if (!r.ext.empty()) {
-    HYPIC_ASSIGN_OR_RETURN(auto info, protocol::Decode<protocol::GetInfo>(ByteSpan(r.ext)));
+    HYPIC_ASSIGN_OR_RETURN(auto info,
+                           AsCorruption(protocol::Decode<protocol::GetInfo>(ByteSpan(r.ext))));
     g.tier = info.tier;
   }
   g.entry = std::move(r.body);
@@ -44,14 +53,7 @@ Result<GetResult> ParseGet(Reply&& r) {
 }
 template <typename T>
 Result<T> ParseMessage(Reply&& r) {
-  return protocol::Decode<T>(ByteSpan(r.body));
-}
-
-// Message decode failures on replies mean the server sent something malformed.
-template <typename T>
-Result<T> AsCorruption(Result<T> r) {
-  if (r.ok() || r.status().code() == StatusCode::kCorruption) return r;
-  return Corruption("malformed reply from the server: " + r.status().message());
+  return AsCorruption(protocol::Decode<T>(ByteSpan(r.body)));
 }
 
 }  // namespace
@@ -296,7 +298,7 @@ Result<Pending<std::vector<protocol::Tier>>> Client::SubmitHas(std::span<const H
 }
 Result<std::vector<protocol::Tier>> Client::Has(std::span<const Hash128> keys) {
   HYPIC_ASSIGN_OR_RETURN(auto p, SubmitHas(keys));
-  return AsCorruption(p.Wait());
+  return p.Wait();
 }
 
 Result<Pending<GetResult>> Client::SubmitGet(const Hash128& key) {
@@ -335,7 +337,7 @@ Result<Pending<protocol::PrefillReply>> Client::SubmitPrefill(
 Result<protocol::PrefillReply> Client::Prefill(const protocol::PrefillRequest& request,
                                                uint32_t deadline_ms) {
   HYPIC_ASSIGN_OR_RETURN(auto p, SubmitPrefill(request, deadline_ms));
-  return AsCorruption(p.Wait());
+  return p.Wait();
 }
 
 Result<Pending<protocol::ComposeReply>> Client::SubmitCompose(
@@ -347,7 +349,7 @@ Result<Pending<protocol::ComposeReply>> Client::SubmitCompose(
 Result<protocol::ComposeReply> Client::Compose(const protocol::ComposeRequest& request,
                                                uint32_t deadline_ms) {
   HYPIC_ASSIGN_OR_RETURN(auto p, SubmitCompose(request, deadline_ms));
-  return AsCorruption(p.Wait());
+  return p.Wait();
 }
 
 Result<std::string> Client::Stats() {
@@ -365,7 +367,7 @@ Result<protocol::EvictReply> Client::Evict(const protocol::EvictRequest& request
   HYPIC_ASSIGN_OR_RETURN(auto p,
                          Submit<protocol::EvictReply>(Opcode::kEvict, {}, {}, ByteSpan(body),
                                                       &ParseMessage<protocol::EvictReply>));
-  return AsCorruption(p.Wait());
+  return p.Wait();
 }
 
 Status Client::Pin(const Hash128& key) {
@@ -385,21 +387,25 @@ Status Client::Flush() {
 
 Status Client::Shutdown() {
   HYPIC_ASSIGN_OR_RETURN(auto p, Submit<Done>(Opcode::kShutdown, {}, {}, {}, &ParseDone));
-  return p.Wait().status();
+  Status st = p.Wait().status();
+  // The drain may close the connection (GOAWAY SHUTTING_DOWN) before the reply is written:
+  // either way the daemon is doing what was asked.
+  if (st.code() == StatusCode::kShuttingDown) return Status::Ok();
+  return st;
 }
 
 Result<protocol::ListReply> Client::List(const protocol::ListRequest& request) {
   Bytes body = protocol::Encode(request);
   HYPIC_ASSIGN_OR_RETURN(auto p, Submit<protocol::ListReply>(Opcode::kList, {}, {}, ByteSpan(body),
                                                              &ParseMessage<protocol::ListReply>));
-  return AsCorruption(p.Wait());
+  return p.Wait();
 }
 
 Result<protocol::VerifyReply> Client::Verify(const Hash128& key) {
   HYPIC_ASSIGN_OR_RETURN(auto p,
                          Submit<protocol::VerifyReply>(Opcode::kVerify, key, {}, {},
                                                        &ParseMessage<protocol::VerifyReply>));
-  return AsCorruption(p.Wait());
+  return p.Wait();
 }
 
 }  // namespace hypic::client

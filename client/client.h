@@ -136,7 +136,7 @@ class Client {
   Status Pin(const Hash128& key);
   Status Unpin(const Hash128& key);
   Status Flush();
-  Status Shutdown();
+  Status Shutdown();  // OK once the daemon acknowledged it or started draining
   Result<protocol::ListReply> List(const protocol::ListRequest& request);
   // A zero key verifies every entry.
   Result<protocol::VerifyReply> Verify(const Hash128& key = {});

@@ -940,7 +940,13 @@ class Client:
         self.submit(Opcode.FLUSH, _empty).result()
 
     def shutdown(self) -> None:
-        self.submit(Opcode.SHUTDOWN, _empty).result()
+        """Returns once the daemon acknowledged it or started draining (the drain may close
+        the connection with GOAWAY SHUTTING_DOWN before the reply is written)."""
+        try:
+            self.submit(Opcode.SHUTDOWN, _empty).result()
+        except HypicError as e:
+            if e.status != Status.SHUTTING_DOWN:
+                raise
 
     def list(self, cursor: int = 0, limit: int = 100, namespace: str = "",
              tier: Tier = Tier.NONE) -> ListReply:
