@@ -192,7 +192,7 @@ Status Client::ReadLargeFrame(const FrameHeader& header) {
   r.body.resize(static_cast<size_t>(header.body_len));
   avail = avail.subspan(kHeaderSize);
   size_t from_buf = std::min(avail.size(), r.ext.size());
-  std::memcpy(r.ext.data(), avail.data(), from_buf);
+  if (from_buf > 0) std::memcpy(r.ext.data(), avail.data(), from_buf);
   size_t ext_done = from_buf;
   avail = avail.subspan(from_buf);
   size_t body_done = std::min(avail.size(), r.body.size());

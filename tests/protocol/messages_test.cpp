@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "protocol/decoder.h"
@@ -272,7 +273,7 @@ TEST_CASE("tensor stream round trip and validation") {
     CHECK((*out)[i].dtype == in[i].dtype);
     CHECK((*out)[i].shape == in[i].shape);
     REQUIRE((*out)[i].data.size() == in[i].data.size());
-    CHECK(std::memcmp((*out)[i].data.data(), in[i].data.data(), in[i].data.size()) == 0);
+    CHECK(std::equal(in[i].data.begin(), in[i].data.end(), (*out)[i].data.begin()));
   }
   auto re = EncodeTensorStream(*out);
   REQUIRE_OK(re);
