@@ -1,0 +1,100 @@
+#include "gpu/runtime/model_jobs.h"
+
+#include <utility>
+
+namespace hypic::runtime {
+
+CostShape CostShapeOf(const model::ModelConfig& c) {
+  const double h = static_cast<double>(c.hidden_size);
+  double macs = 0.0;
+  double pair_macs = 0.0;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (c.layer_kinds[static_cast<size_t>(i)] == model::LayerKind::kLinear) {
+      const double hv = static_cast<double>(c.linear_value_heads);
+      const double dk = static_cast<double>(c.linear_key_dim);
+      const double dv = static_cast<double>(c.linear_value_dim);
+      macs += (static_cast<double>(c.conv_channels()) + hv * dv + 2 * hv) * h;  // in_proj
+      macs += static_cast<double>(c.conv_channels() * c.conv_kernel);           // conv
+      macs += hv * dv * h;                                                      // out_proj
+      // The delta rule per token (state update and readout), plus T's running product.
+      macs += hv * (3 * dk * dv + dk * dk);
+    } else {
+      const double hd = static_cast<double>(c.head_dim);
+      macs += (2.0 * static_cast<double>(c.num_heads) + 2.0 * static_cast<double>(c.num_kv_heads)) *
+              hd * h;                                            // q|gate, k, v
+      macs += static_cast<double>(c.num_heads) * hd * h;         // o_proj
+      pair_macs += 2.0 * static_cast<double>(c.num_heads) * hd;  // QK^T and AV
+    }
+    if (c.mlp_kinds[static_cast<size_t>(i)] == model::MlpKind::kMoe) {
+      macs += static_cast<double>(c.num_experts) * h;  // router
+      macs += 3.0 * static_cast<double>(c.experts_per_token * c.moe_intermediate_size) * h;
+      macs += 3.0 * static_cast<double>(c.shared_expert_intermediate_size) * h;
+    } else {
+      macs += 3.0 * static_cast<double>(c.intermediate_size) * h;
+    }
+  }
+  return CostShape{2.0 * macs, 2.0 * pair_macs};
+}
+
+PrefillJob MakeSegmentJob(std::shared_ptr<const model::Model> model, std::vector<uint32_t> tokens,
+                          const model::SegmentOptions& options) {
+  PrefillJob job;
+  job.key = SegmentKey::Compute(options.name_space, model->fingerprint(),
+                                CacheSettings{options.seam_w, options.format_version}, tokens);
+  job.n_tokens = static_cast<uint32_t>(tokens.size());
+  job.compute = [model = std::move(model), tokens = std::move(tokens),
+                 options](const WorkerContext& ctx) -> Result<EntryPtr> {
+    if (ctx.kind != gpu::BackendKind::kCpu) {
+      return Unsupported("the model runtime has no CUDA path yet");
+    }
+    HYPIC_ASSIGN_OR_RETURN(std::shared_ptr<SegmentEntry> entry,
+                           model->SegmentPrefill(tokens, options));
+    return EntryPtr(std::move(entry));
+  };
+  return job;
+}
+
+Result<model::ComposeResult> ColdCompose(MissScheduler& scheduler,
+                                         const std::shared_ptr<const model::Model>& model,
+                                         std::vector<model::ComposePart> parts,
+                                         const model::ComposeOptions& options,
+                                         const model::SegmentOptions& segment_options,
+                                         Clock::time_point deadline, ColdComposeReport* report) {
+  const Clock::time_point t0 = Clock::now();
+  if (options.mode == model::ComposeMode::kOracle) {
+    return BadRequest("oracle entries depend on their context and cannot be scattered");
+  }
+  if (segment_options.seam_w != options.seam_w) {
+    return BadRequest("segment and compose seam widths differ");
+  }
+  std::vector<PrefillJob> jobs;
+  std::vector<size_t> slots;
+  if (options.mode != model::ComposeMode::kFull) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const model::ComposePart& p = parts[i];
+      if (p.kind == model::ComposePart::Kind::kSegment && p.entry == nullptr &&
+          p.tokens.size() > options.seam_w) {
+        jobs.push_back(MakeSegmentJob(model, p.tokens, segment_options));
+        slots.push_back(i);
+      }
+    }
+  }
+  ColdComposeReport r;
+  r.misses = jobs.size();
+  if (!jobs.empty()) {
+    HYPIC_ASSIGN_OR_RETURN(std::unique_ptr<MissRequest> request,
+                           scheduler.Submit(std::move(jobs), deadline));
+    HYPIC_ASSIGN_OR_RETURN(std::vector<EntryPtr> entries, request->Wait());
+    for (size_t j = 0; j < slots.size(); ++j) parts[slots[j]].entry = std::move(entries[j]);
+    r.miss = request->timings();
+  }
+  const Clock::time_point t1 = Clock::now();
+  HYPIC_ASSIGN_OR_RETURN(model::ComposeResult result, model->Compose(parts, options));
+  const Clock::time_point t2 = Clock::now();
+  r.compose_s = std::chrono::duration<double>(t2 - t1).count();
+  r.total_s = std::chrono::duration<double>(t2 - t0).count();
+  if (report != nullptr) *report = r;
+  return result;
+}
+
+}  // namespace hypic::runtime

@@ -1,0 +1,437 @@
+// `hypic-bench cold` and `hypic-bench scatter-sim`: the segment-parallel cold path
+// (docs/benchmarks.md, "Segment-parallel cold prefill (issue 7)").
+//
+//   cold         measured cold TTFT of one request (default 32 segments x 1024 tokens plus a
+//                suffix) through the real MissScheduler + ColdCompose with 1 and 2 CPU workers
+//                (one worker = one core: the process is pinned to as many cores as workers
+//                and BLAS runs single-threaded), speedup and efficiency; and the simulator's
+//                prediction of the same runs from a separate calibration, with its error.
+//   scatter-sim  the simulator at scale: TTFT for 1, 2, 4, 8 workers on the uniform request,
+//                and LPT against contiguous sharding and round-robin on a skewed length set,
+//                driven by per-segment prefill costs measured here plus a transfer model
+//                (the host copy measured here, or a link bandwidth given on the command line).
+#include <cblas.h>
+#include <fmt/format.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "gpu/model/model.h"
+#include "gpu/runtime/model_jobs.h"
+#include "gpu/runtime/scatter_sim.h"
+#include "gpu/runtime/transport.h"
+#include "tools/common/subcommand.h"
+
+namespace hypic::tools {
+namespace {
+
+using runtime::Clock;
+
+struct Options {
+  std::string model = "builtin:small";
+  std::string cache_dir = ".cache/hypic-models";
+  int segments = 32;
+  uint32_t segment_len = 1024;
+  uint32_t suffix = 32;
+  uint32_t seam = 8;
+  int reps = 1;
+  std::vector<int> workers = {1, 2, 4, 8};
+  std::vector<uint32_t> calibration = {256, 512, 1024, 2048};
+  double link_gbps = 0.0;  // 0: the measured host copy, on the worker
+  uint64_t seed = 1;
+  double skew_sigma = 1.0;
+  int skew_draws = 50;
+};
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Restricts this thread (and the threads it starts from now on) to the first `n` CPUs it may
+// use, so that P workers get exactly P cores. Returns false where that is not possible.
+bool PinToCpus(int n) {
+  // The CPUs the process was started with, captured before the first pin narrows them.
+  static const std::optional<cpu_set_t> initial = []() -> std::optional<cpu_set_t> {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return std::nullopt;
+    return set;
+  }();
+  if (!initial) return false;
+  const cpu_set_t& allowed = *initial;
+  cpu_set_t want;
+  CPU_ZERO(&want);
+  int taken = 0;
+  for (int c = 0; c < CPU_SETSIZE && taken < n; ++c) {
+    if (CPU_ISSET(c, &allowed)) {
+      CPU_SET(c, &want);
+      ++taken;
+    }
+  }
+  return taken == n && sched_setaffinity(0, sizeof(want), &want) == 0;
+}
+
+std::vector<uint32_t> RandomTokens(std::mt19937_64& gen, uint32_t n, int64_t vocab) {
+  std::uniform_int_distribution<uint32_t> d(0, static_cast<uint32_t>(vocab - 1));
+  std::vector<uint32_t> t(n);
+  for (auto& x : t) x = d(gen);
+  return t;
+}
+
+// What the simulator needs from this machine: the calibrated per-segment cost, the entry size
+// per token, the host copy bandwidth and the combine time.
+struct Calibration {
+  runtime::CostCoefficients cost;
+  double entry_bytes_fixed = 0.0;  // entry bytes = fixed + per_token * n
+  double entry_bytes_per_token = 0.0;
+  double copy_bytes_per_s = 0.0;
+  double compose_s = 0.0;                           // the combine of the full request
+  std::vector<std::pair<uint32_t, double>> points;  // (tokens, median seconds)
+};
+
+Result<Calibration> Calibrate(const std::shared_ptr<const model::Model>& m, const Options& o) {
+  Calibration cal;
+  model::SegmentOptions seg;
+  seg.seam_w = o.seam;
+  seg.name_space = "calibration";
+  std::mt19937_64 gen(o.seed + 1000);
+  runtime::CostModel cost(
+      runtime::CostModel::PriorFromShape(runtime::CostShapeOf(m->config()), 5e10));
+  // One warm-up prefill: page faults and allocator growth are not part of a segment's cost.
+  HYPIC_RETURN_IF_ERROR(
+      m->SegmentPrefill(RandomTokens(gen, 128, m->config().vocab_size), seg).status());
+  std::vector<std::pair<uint32_t, size_t>> sizes;
+  double copy_bytes = 0.0, copy_s = 0.0;
+  std::shared_ptr<SegmentEntry> last_entry;
+  for (uint32_t n : o.calibration) {
+    std::vector<double> times;
+    for (int r = 0; r < std::max(2, o.reps); ++r) {
+      auto tokens = RandomTokens(gen, n, m->config().vocab_size);
+      auto t0 = Clock::now();
+      HYPIC_ASSIGN_OR_RETURN(auto entry, m->SegmentPrefill(tokens, seg));
+      auto t1 = Clock::now();
+      times.push_back(Seconds(t0, t1));
+      cost.Observe(n, Seconds(t0, t1));
+      auto c0 = Clock::now();
+      HYPIC_ASSIGN_OR_RETURN(auto copy, runtime::CopyEntryToHost(*entry));
+      copy_s += Seconds(c0, Clock::now());
+      copy_bytes += static_cast<double>(copy->TensorBytes());
+      sizes.emplace_back(n, entry->TensorBytes());
+    }
+    cal.points.emplace_back(n, Median(times));
+    fmt::print("  calibration: {:5} tokens  {:8.1f} ms  ({:.0f} tokens/s)  entry {:.2f} MiB\n", n,
+               1e3 * Median(times), n / Median(times), sizes.back().second / 1048576.0);
+  }
+  cal.cost = cost.coefficients();
+  // Entry size: a least-squares line through (n, bytes).
+  double sn = 0, sb = 0, snn = 0, snb = 0, k = static_cast<double>(sizes.size());
+  for (auto& [tokens, bytes] : sizes) {
+    const double n = tokens, b = static_cast<double>(bytes);
+    sn += n, sb += b, snn += n * n, snb += n * b;
+  }
+  cal.entry_bytes_per_token = (k * snb - sn * sb) / std::max(1e-9, k * snn - sn * sn);
+  cal.entry_bytes_fixed = (sb - cal.entry_bytes_per_token * sn) / k;
+  cal.copy_bytes_per_s = copy_bytes / std::max(copy_s, 1e-9);
+
+  // The combine of the request: Compose over `segments` cached parts (one entry reused: the
+  // cost depends on the structure, not on the contents) plus the suffix.
+  auto tokens = RandomTokens(gen, o.segment_len, m->config().vocab_size);
+  HYPIC_ASSIGN_OR_RETURN(auto entry, m->SegmentPrefill(tokens, seg));
+  std::vector<model::ComposePart> parts;
+  for (int i = 0; i < o.segments; ++i) {
+    model::ComposePart p;
+    p.kind = model::ComposePart::Kind::kSegment;
+    p.tokens = tokens;
+    p.entry = entry;
+    parts.push_back(std::move(p));
+  }
+  model::ComposePart suffix;
+  suffix.tokens = RandomTokens(gen, o.suffix, m->config().vocab_size);
+  parts.push_back(std::move(suffix));
+  model::ComposeOptions co;
+  co.seam_w = o.seam;
+  std::vector<double> compose;
+  for (int r = 0; r < std::max(2, o.reps); ++r) {
+    auto t0 = Clock::now();
+    HYPIC_RETURN_IF_ERROR(m->Compose(parts, co).status());
+    compose.push_back(Seconds(t0, Clock::now()));
+  }
+  cal.compose_s = Median(compose);
+  fmt::print(
+      "  fit: {:.4f} + {:.4f} u + {:.4f} u^2 s (u = tokens/1024); entry {:.0f} + {:.0f} B/token; "
+      "host copy {:.2f} GB/s; combine ({} segments + {} suffix) {:.1f} ms\n",
+      cal.cost.c, cal.cost.a, cal.cost.b, cal.entry_bytes_fixed, cal.entry_bytes_per_token,
+      cal.copy_bytes_per_s / 1e9, o.segments, o.suffix, 1e3 * cal.compose_s);
+  return cal;
+}
+
+double CostOf(const Calibration& cal, uint32_t n) {
+  double u = n / 1024.0;
+  return cal.cost.c + cal.cost.a * u + cal.cost.b * u * u;
+}
+
+std::vector<runtime::SimSegment> SimSegments(const Calibration& cal,
+                                             const std::vector<uint32_t>& lengths) {
+  std::vector<runtime::SimSegment> s;
+  for (uint32_t n : lengths) {
+    double c = CostOf(cal, n);
+    s.push_back(
+        {n, c, c, static_cast<size_t>(cal.entry_bytes_fixed + cal.entry_bytes_per_token * n)});
+  }
+  return s;
+}
+
+runtime::SimOptions SimOpts(const Calibration& cal, const Options& o, int workers,
+                            runtime::Policy policy) {
+  runtime::SimOptions so;
+  so.workers = workers;
+  so.policy = policy;
+  so.combine_s = cal.compose_s;
+  if (o.link_gbps > 0.0) {
+    so.transfer = runtime::TransferModel{10e-6, o.link_gbps * 1e9, false};
+  } else {
+    so.transfer = runtime::TransferModel{0.0, cal.copy_bytes_per_s, true};
+  }
+  return so;
+}
+
+// A skewed request: log-normal lengths in retrieval order, scaled to the uniform request's
+// total, each at least the seam plus one and at most 8 times the mean.
+std::vector<uint32_t> SkewedLengths(const Options& o, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> normal;
+  std::vector<double> raw(static_cast<size_t>(o.segments));
+  for (double& x : raw) x = std::exp(o.skew_sigma * normal(gen));
+  const double total = static_cast<double>(o.segments) * o.segment_len;
+  const double sum = std::accumulate(raw.begin(), raw.end(), 0.0);
+  std::vector<uint32_t> lengths;
+  for (double x : raw) {
+    double n = std::clamp(x / sum * total, static_cast<double>(o.seam + 1), 8.0 * o.segment_len);
+    lengths.push_back(static_cast<uint32_t>(std::lround(n)));
+  }
+  return lengths;
+}
+
+Result<std::shared_ptr<const model::Model>> Load(const Options& o) {
+  auto m = model::LoadModel(o.model, o.cache_dir);
+  if (!m.ok()) return m.status().WithContext("loading " + o.model);
+  fmt::print("model {} ({} layers, hidden {}, {:.1f}M params)\n", o.model,
+             (*m)->config().num_layers, (*m)->config().hidden_size,
+             (*m)->config().ParameterCount() / 1e6);
+  return m;
+}
+
+int RunSim(const Options& o) {
+  auto m = Load(o);
+  if (!m.ok()) {
+    fmt::print(stderr, "error: {}\n", m.status().ToString());
+    return kExitUnavailable;
+  }
+  // Calibration = one worker on one core: pinned, single-threaded BLAS.
+  PinToCpus(1);
+  openblas_set_num_threads(1);
+  auto cal = Calibrate(*m, o);
+  if (!cal.ok()) {
+    fmt::print(stderr, "error: {}\n", cal.status().ToString());
+    return kExitFailure;
+  }
+  const std::vector<uint32_t> uniform(static_cast<size_t>(o.segments), o.segment_len);
+  auto segs = SimSegments(*cal, uniform);
+  fmt::print("\nsimulated cold TTFT, {} x {} tokens, LPT, {}:\n", o.segments, o.segment_len,
+             o.link_gbps > 0 ? fmt::format("{} GB/s shared link", o.link_gbps)
+                             : std::string("host copy on the worker"));
+  fmt::print("  {:>7} {:>10} {:>8} {:>10}\n", "workers", "TTFT ms", "speedup", "efficiency");
+  double t1 = 0.0;
+  bool ok = true;
+  for (int w : o.workers) {
+    auto r = runtime::SimulateCold(segs, SimOpts(*cal, o, w, runtime::Policy::kLpt));
+    if (w == 1) t1 = r.ttft_s;
+    double speedup = t1 > 0 ? t1 / r.ttft_s : 0.0;
+    fmt::print("  {:>7} {:>10.1f} {:>8.2f} {:>10.2f}\n", w, 1e3 * r.ttft_s, speedup, speedup / w);
+    if (w == 8) ok = ok && speedup / w >= 0.75;
+  }
+
+  fmt::print("\nskewed request (log-normal sigma {}, {} segments, {} tokens in all):\n",
+             o.skew_sigma, o.segments, o.segments * o.segment_len);
+  auto skew = SkewedLengths(o, o.seed);
+  std::string shown;
+  for (uint32_t n : skew) shown += fmt::format("{} ", n);
+  fmt::print("  lengths (seed {}): {}\n", o.seed, shown);
+  fmt::print("  {:>7} {:>10} {:>14} {:>14} {:>12} {:>18}\n", "workers", "LPT ms", "contiguous ms",
+             "round-robin ms", "contig/LPT", "mean contig/LPT");
+  for (int w : o.workers) {
+    if (w == 1) continue;
+    auto sk = SimSegments(*cal, skew);
+    double lpt = runtime::SimulateCold(sk, SimOpts(*cal, o, w, runtime::Policy::kLpt)).ttft_s;
+    double cont =
+        runtime::SimulateCold(sk, SimOpts(*cal, o, w, runtime::Policy::kContiguous)).ttft_s;
+    double rr = runtime::SimulateCold(sk, SimOpts(*cal, o, w, runtime::Policy::kRoundRobin)).ttft_s;
+    double ratio_sum = 0.0;
+    for (int d = 0; d < o.skew_draws; ++d) {
+      auto draw = SimSegments(*cal, SkewedLengths(o, o.seed + 1 + static_cast<uint64_t>(d)));
+      ratio_sum +=
+          runtime::SimulateCold(draw, SimOpts(*cal, o, w, runtime::Policy::kContiguous)).ttft_s /
+          runtime::SimulateCold(draw, SimOpts(*cal, o, w, runtime::Policy::kLpt)).ttft_s;
+    }
+    fmt::print("  {:>7} {:>10.1f} {:>14.1f} {:>14.1f} {:>12.2f} {:>18.2f}\n", w, 1e3 * lpt,
+               1e3 * cont, 1e3 * rr, cont / lpt, ratio_sum / o.skew_draws);
+    if (w == 8) ok = ok && cont / lpt >= 1.3;
+  }
+  fmt::print("\ntargets (8 workers): efficiency >= 0.75, contiguous/LPT >= 1.3: {}\n",
+             ok ? "met" : "MISSED");
+  return ok ? kExitOk : kExitFailure;
+}
+
+// One cold request through the real scheduler with `workers` CPU workers (one core each).
+Result<double> MeasureCold(const std::shared_ptr<const model::Model>& m, const Options& o,
+                           int workers, int blas_threads, int rep) {
+  HYPIC_ASSIGN_OR_RETURN(auto pool, runtime::WorkerPool::Create(runtime::PoolOptions{
+                                        gpu::BackendKind::kCpu, workers, blas_threads}));
+  runtime::HostTransport transport;
+  runtime::CostModel cost(
+      runtime::CostModel::PriorFromShape(runtime::CostShapeOf(m->config()), 5e10));
+  runtime::MissScheduler scheduler(*pool, transport, cost, nullptr);
+  std::mt19937_64 gen(o.seed + 77);  // the same prompt every run
+  std::vector<model::ComposePart> parts;
+  for (int i = 0; i < o.segments; ++i) {
+    model::ComposePart p;
+    p.kind = model::ComposePart::Kind::kSegment;
+    p.tokens = RandomTokens(gen, o.segment_len, m->config().vocab_size);
+    parts.push_back(std::move(p));
+  }
+  model::ComposePart suffix;
+  suffix.tokens = RandomTokens(gen, o.suffix, m->config().vocab_size);
+  parts.push_back(std::move(suffix));
+  model::ComposeOptions co;
+  co.seam_w = o.seam;
+  model::SegmentOptions so;
+  so.seam_w = o.seam;
+  so.name_space = fmt::format("cold-{}-{}", workers, rep);
+  runtime::ColdComposeReport report;
+  HYPIC_RETURN_IF_ERROR(runtime::ColdCompose(scheduler, m, std::move(parts), co, so,
+                                             Clock::now() + std::chrono::hours(1), &report)
+                            .status());
+  fmt::print(
+      "  {} worker(s), {} BLAS thread(s) in all, rep {}: TTFT {:.1f} ms (last entry at {:.1f} ms, "
+      "transfers {:.1f} ms summed, combine {:.1f} ms)\n",
+      workers, blas_threads, rep, 1e3 * report.total_s, 1e3 * report.miss.last_arrival_s,
+      1e3 * report.miss.transfer_s, 1e3 * report.compose_s);
+  return report.total_s;
+}
+
+int RunCold(const Options& o) {
+  auto m = Load(o);
+  if (!m.ok()) {
+    fmt::print(stderr, "error: {}\n", m.status().ToString());
+    return kExitUnavailable;
+  }
+  // The simulator's inputs come from a separate calibration, so its error below is a real
+  // prediction error.
+  // Calibration = one worker on one core: pinned, single-threaded BLAS.
+  PinToCpus(1);
+  openblas_set_num_threads(1);
+  auto cal = Calibrate(*m, o);
+  if (!cal.ok()) {
+    fmt::print(stderr, "error: {}\n", cal.status().ToString());
+    return kExitFailure;
+  }
+  const std::vector<uint32_t> uniform(static_cast<size_t>(o.segments), o.segment_len);
+  auto segs = SimSegments(*cal, uniform);
+
+  fmt::print("\nmeasured cold TTFT, {} x {} tokens + {} suffix, seam {}:\n", o.segments,
+             o.segment_len, o.suffix, o.seam);
+  std::vector<double> measured;
+  for (int w : {1, 2}) {
+    if (!PinToCpus(w)) {
+      fmt::print(stderr, "error: cannot pin to {} CPUs\n", w);
+      return kExitUnavailable;
+    }
+    std::vector<double> ttft;
+    for (int r = 0; r < o.reps; ++r) {
+      auto t = MeasureCold(*m, o, w, w, r);
+      if (!t.ok()) {
+        fmt::print(stderr, "error: {}\n", t.status().ToString());
+        return kExitFailure;
+      }
+      ttft.push_back(*t);
+    }
+    measured.push_back(Median(ttft));
+  }
+  // For context: a single worker that uses both cores through BLAS threads.
+  std::vector<double> single_wide;
+  for (int r = 0; r < o.reps; ++r) {
+    auto t = MeasureCold(*m, o, 1, 2, r);
+    if (!t.ok()) {
+      fmt::print(stderr, "error: {}\n", t.status().ToString());
+      return kExitFailure;
+    }
+    single_wide.push_back(*t);
+  }
+  const double speedup = measured[0] / measured[1];
+  const double efficiency = speedup / 2.0;
+  fmt::print("\n  {:>28} {:>10} {:>10} {:>8}\n", "", "measured", "simulated", "error");
+  for (int i = 0; i < 2; ++i) {
+    int w = i + 1;
+    double sim = runtime::SimulateCold(segs, SimOpts(*cal, o, w, runtime::Policy::kLpt)).ttft_s;
+    fmt::print("  {:>28} {:>8.1f}ms {:>8.1f}ms {:>+7.1f}%\n",
+               fmt::format("{} worker(s), 1 core each", w), 1e3 * measured[static_cast<size_t>(i)],
+               1e3 * sim,
+               100.0 * (sim - measured[static_cast<size_t>(i)]) / measured[static_cast<size_t>(i)]);
+  }
+  fmt::print("  {:>28} {:>8.1f}ms\n", "1 worker, 2 BLAS threads", 1e3 * Median(single_wide));
+  fmt::print("\n  speedup (1 -> 2 workers) {:.2f}x, efficiency {:.2f} (target >= 0.85: {})\n",
+             speedup, efficiency, efficiency >= 0.85 ? "met" : "MISSED");
+  fmt::print("  2 workers against 1 worker with 2 BLAS threads: {:.2f}x\n",
+             Median(single_wide) / measured[1]);
+  return efficiency >= 0.85 ? kExitOk : kExitFailure;
+}
+
+void AddCommon(CLI::App& sub, Options& o) {
+  sub.add_option("--model", o.model, "model directory or builtin:NAME");
+  sub.add_option("--cache-dir", o.cache_dir, "where builtin models are generated");
+  sub.add_option("--segments", o.segments, "segments per request")->check(CLI::Range(1, 4096));
+  sub.add_option("--segment-len", o.segment_len, "tokens per segment")
+      ->check(CLI::Range(16, 65536));
+  sub.add_option("--suffix", o.suffix, "raw suffix tokens")->check(CLI::Range(1, 65536));
+  sub.add_option("--seam", o.seam, "seam width w");
+  sub.add_option("--reps", o.reps, "repetitions (medians)")->check(CLI::Range(1, 100));
+  sub.add_option("--calibration", o.calibration, "segment lengths timed for the cost model")
+      ->delimiter(',');
+  sub.add_option("--link-gbps", o.link_gbps,
+                 "simulate a shared link of this bandwidth (GB/s) instead of the host copy");
+  sub.add_option("--seed", o.seed, "prompt and skew seed");
+}
+
+const bool kColdRegistered = RegisterSubcommand(
+    "cold", "Measured cold TTFT with 1 and 2 CPU workers, and the simulator's error",
+    [](CLI::App& sub) {
+      auto o = std::make_shared<Options>();
+      AddCommon(sub, *o);
+      return [o] { return RunCold(*o); };
+    });
+
+const bool kSimRegistered = RegisterSubcommand(
+    "scatter-sim", "Simulated cold TTFT for 1-8 workers and LPT against contiguous sharding",
+    [](CLI::App& sub) {
+      auto o = std::make_shared<Options>();
+      AddCommon(sub, *o);
+      sub.add_option("--workers", o->workers, "worker counts to simulate")->delimiter(',');
+      sub.add_option("--skew-sigma", o->skew_sigma, "log-normal sigma of the skewed lengths");
+      sub.add_option("--skew-draws", o->skew_draws, "skewed draws averaged");
+      return [o] { return RunSim(*o); };
+    });
+
+}  // namespace
+}  // namespace hypic::tools
