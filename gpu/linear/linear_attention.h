@@ -83,11 +83,14 @@ struct ChunkOptions {
 // variant needs, naming it.
 Status Validate(Variant variant, const Shape& shape, const Inputs& in);
 
-// The per-token reference: fp32 storage with double accumulation.
+// The per-token reference: fp32 storage with double accumulation. `final_state` may alias
+// `initial_state`.
 Status RecurrentForward(Variant variant, const Shape& shape, const Inputs& in,
                         const float* initial_state, const Outputs& out);
 
-// The chunked (WY/UT) forward, producing every requested output in one pass.
+// The chunked (WY/UT) forward, producing every requested output in one pass. `final_state`
+// may alias `initial_state` (an in-place update of the running state); no other output may
+// alias an input. The dense T_C is computed in double internally (see chunked_forward.cpp).
 Status ChunkedForward(Variant variant, const Shape& shape, const Inputs& in,
                       const float* initial_state, const Outputs& out,
                       const ChunkOptions& options = {});

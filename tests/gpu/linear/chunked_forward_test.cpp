@@ -128,6 +128,21 @@ TEST_CASE("outputs may be requested one at a time") {
   CHECK(RelError(t, ref.transition) <= kTol);
 }
 
+TEST_CASE("the final state may alias the initial state (in-place update)") {
+  const Shape shape{100, 2, 4, 8, 8};
+  for (Variant variant : kAllVariants) {
+    const Problem p = MakeProblem(variant, shape, 17);
+    const testing::Reference ref = ReferenceForward(p);
+    for (bool chunked : {true, false}) {
+      std::vector<float> state = p.initial;
+      const Outputs out{nullptr, state.data(), nullptr, nullptr};
+      REQUIRE_OK(chunked ? ChunkedForward(variant, shape, p.inputs(), state.data(), out)
+                         : RecurrentForward(variant, shape, p.inputs(), state.data(), out));
+      CHECK(RelError(state, ref.final_state) <= kTol);
+    }
+  }
+}
+
 TEST_CASE("Validate rejects bad shapes and missing inputs, naming them") {
   Shape shape{4, 2, 3, 8, 8};
   const Problem ok = MakeProblem(Variant::kGdn, Shape{4, 1, 2, 8, 8}, 3);
