@@ -42,6 +42,12 @@ linear::Shape GdnShape(const ModelConfig& c, int64_t tokens) {
 Model::Pass::Pass(const Model& model, ModelState& state, ComposeMode mode)
     : model_(model), state_(state), mode_(mode), end_pos_(state.n_positions) {}
 
+float* Model::Pass::Scratch(ScratchSlot slot, int64_t n) {
+  Vec& v = scratch_[slot];
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
 void Model::Pass::AddLive(std::span<const uint32_t> tokens) {
   if (tokens.empty()) return;
   const auto n = static_cast<int64_t>(tokens.size());
@@ -146,13 +152,19 @@ Status Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
   const int64_t dk = c.linear_key_dim, dv = c.linear_value_dim;
   const int64_t ch = c.conv_channels(), vw = c.value_width(), cin = ch + vw + 2 * nv;
 
-  Vec proj = Zeros(rows * cin);
-  Gemm(rows, cin, h, xn, h, g.in_proj.data(), h, proj.data(), cin);
-  Vec pre = Zeros(rows * ch), mixed = Zeros(rows * ch);
-  CopyColumns(proj.data(), cin, 0, rows, ch, pre.data());
-  Vec q = Zeros(rows * nk * dk), k = Zeros(rows * nk * dk), v = Zeros(rows * vw);
-  Vec gate = Zeros(rows * nv), beta = Zeros(rows * nv), o = Zeros(rows * vw);
-  Vec next = Zeros(nv * dk * dv);
+  float* proj = Scratch(kProj, rows * cin);
+  Gemm(rows, cin, h, xn, h, g.in_proj.data(), h, proj, cin);
+  float* pre = Scratch(kPre, rows * ch);
+  float* mixed = Scratch(kMixed, rows * ch);
+  CopyColumns(proj, cin, 0, rows, ch, pre);
+  float* q = Scratch(kQ, rows * nk * dk);
+  float* k = Scratch(kK, rows * nk * dk);
+  float* v = Scratch(kV, rows * vw);
+  float* gate = Scratch(kGate, rows * nv);
+  float* beta = Scratch(kBeta, rows * nv);
+  float* o = Scratch(kO, rows * vw);
+  Vec& next = next_state_;
+  next.resize(static_cast<size_t>(nv * dk * dv));
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
 
   for (size_t bi = 0; bi < blocks_.size(); ++bi) {
@@ -175,8 +187,8 @@ Status Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
     }
     const int64_t r0 = b.row0, n = b.n;
     linear::CausalConv({n, static_cast<int32_t>(ch), static_cast<int32_t>(c.conv_kernel)},
-                       pre.data() + r0 * ch, g.conv.data(), nullptr, ls.conv.data(),
-                       mixed.data() + r0 * ch, /*apply_silu=*/true);
+                       pre + r0 * ch, g.conv.data(), nullptr, ls.conv.data(), mixed + r0 * ch,
+                       /*apply_silu=*/true);
     if (capturing) {
       std::memcpy(capture_[static_cast<size_t>(li)].conv, ls.conv.data(),
                   ls.conv.size() * sizeof(float));
@@ -184,7 +196,7 @@ Status Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
     // q, k: L2-normalised per head (eps 1e-6 inside the root), q scaled by 1/sqrt(dk).
     ParallelFor(n, 64, [&](int64_t t0, int64_t t1) {
       for (int64_t r = r0 + t0; r < r0 + t1; ++r) {
-        const float* m = mixed.data() + r * ch;
+        const float* m = mixed + r * ch;
         for (int64_t i = 0; i < 2 * nk; ++i) {
           const float* src = m + i * dk;
           double ss = 0.0;
@@ -192,31 +204,30 @@ Status Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
           const bool is_q = i < nk;
           const float inv =
               static_cast<float>(1.0 / std::sqrt(ss + 1e-6)) * (is_q ? q_scale : 1.0f);
-          float* dst = (is_q ? q.data() + (r * nk + i) * dk : k.data() + (r * nk + i - nk) * dk);
+          float* dst = is_q ? q + (r * nk + i) * dk : k + (r * nk + i - nk) * dk;
           for (int64_t d = 0; d < dk; ++d) dst[d] = src[d] * inv;
         }
-        std::memcpy(v.data() + r * vw, m + 2 * nk * dk, static_cast<size_t>(vw) * sizeof(float));
-        const float* ba = proj.data() + r * cin + ch + vw;
+        std::memcpy(v + r * vw, m + 2 * nk * dk, static_cast<size_t>(vw) * sizeof(float));
+        const float* ba = proj + r * cin + ch + vw;
         for (int64_t hh = 0; hh < nv; ++hh) {
-          beta[static_cast<size_t>(r * nv + hh)] = Sigmoid(ba[hh]);
-          gate[static_cast<size_t>(r * nv + hh)] =
-              -std::exp(g.a_log[static_cast<size_t>(hh)]) *
-              Softplus(ba[nv + hh] + g.dt_bias[static_cast<size_t>(hh)]);
+          beta[r * nv + hh] = Sigmoid(ba[hh]);
+          gate[r * nv + hh] = -std::exp(g.a_log[static_cast<size_t>(hh)]) *
+                              Softplus(ba[nv + hh] + g.dt_bias[static_cast<size_t>(hh)]);
         }
       }
     });
     auto inputs = [&](int64_t row) {
       linear::Inputs in;
-      in.q = q.data() + row * nk * dk;
-      in.k = k.data() + row * nk * dk;
-      in.v = v.data() + row * vw;
-      in.g = gate.data() + row * nv;
-      in.beta = beta.data() + row * nv;
+      in.q = q + row * nk * dk;
+      in.k = k + row * nk * dk;
+      in.v = v + row * vw;
+      in.g = gate + row * nv;
+      in.beta = beta + row * nv;
       return in;
     };
     // Advances the running state over rows [row, row + len) (outputs into o).
     auto run = [&](int64_t row, int64_t len, const float* initial, linear::Outputs out) {
-      out.o = o.data() + row * vw;
+      out.o = o + row * vw;
       return linear::ChunkedForward(linear::Variant::kGdn, GdnShape(c, len), inputs(row), initial,
                                     out);
     };
@@ -244,8 +255,8 @@ Status Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
   ParallelFor(rows, 64, [&](int64_t t0, int64_t t1) {
     for (int64_t r = t0; r < t1; ++r) {
       for (int64_t hh = 0; hh < nv; ++hh) {
-        float* oh = o.data() + r * vw + hh * dv;
-        const float* z = proj.data() + r * cin + ch + hh * dv;
+        float* oh = o + r * vw + hh * dv;
+        const float* z = proj + r * cin + ch + hh * dv;
         double ss = 0.0;
         for (int64_t d = 0; d < dv; ++d) ss += static_cast<double>(oh[d]) * oh[d];
         const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dv) + eps));
@@ -254,7 +265,7 @@ Status Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
       }
     }
   });
-  Gemm(rows, h, vw, o.data(), vw, g.out_proj.data(), vw, y, h);
+  Gemm(rows, h, vw, o, vw, g.out_proj.data(), vw, y, h);
   return Status::Ok();
 }
 
@@ -267,14 +278,16 @@ void Model::Pass::AttentionLayer(int64_t li, const float* xn, float* y) {
   const int64_t qw = nh * hd, kw = nkv * hd, cols = 2 * qw + 2 * kw;
   const auto eps = static_cast<float>(c.rms_norm_eps);
 
-  Vec proj = Zeros(rows * cols);
-  Gemm(rows, cols, h, xn, h, a.in_proj.data(), h, proj.data(), cols);
-  Vec q = Zeros(rows * qw), k = Zeros(rows * kw), v = Zeros(rows * kw);
-  CopyColumns(proj.data(), cols, 0, rows, qw, q.data());
-  CopyColumns(proj.data(), cols, 2 * qw, rows, kw, k.data());
-  CopyColumns(proj.data(), cols, 2 * qw + kw, rows, kw, v.data());
-  RmsNormZeroCentred(q.data(), hd, a.q_norm.data(), q.data(), hd, rows * nh, hd, eps);
-  RmsNormZeroCentred(k.data(), hd, a.k_norm.data(), k.data(), hd, rows * nkv, hd, eps);
+  float* proj = Scratch(kProj, rows * cols);
+  Gemm(rows, cols, h, xn, h, a.in_proj.data(), h, proj, cols);
+  float* q = Scratch(kQ, rows * qw);
+  float* k = Scratch(kK, rows * kw);
+  float* v = Scratch(kV, rows * kw);
+  CopyColumns(proj, cols, 0, rows, qw, q);
+  CopyColumns(proj, cols, 2 * qw, rows, kw, k);
+  CopyColumns(proj, cols, 2 * qw + kw, rows, kw, v);
+  RmsNormZeroCentred(q, hd, a.q_norm.data(), q, hd, rows * nh, hd, eps);
+  RmsNormZeroCentred(k, hd, a.k_norm.data(), k, hd, rows * nkv, hd, eps);
 
   // K/V of every position: the state's, then each block's in order.
   const auto positions = static_cast<size_t>(end_pos_);
@@ -289,13 +302,13 @@ void Model::Pass::AttentionLayer(int64_t li, const float* xn, float* y) {
       if (static_cast<int64_t>(bi) == capture_block_) {  // K before RoPE, see model.h
         const CaptureTensors& ct = capture_[static_cast<size_t>(li)];
         const size_t kept = static_cast<size_t>((b.n - capture_seam_) * kw) * sizeof(float);
-        std::memcpy(ct.k, k.data() + (b.row0 + capture_seam_) * kw, kept);
-        std::memcpy(ct.v, v.data() + (b.row0 + capture_seam_) * kw, kept);
+        std::memcpy(ct.k, k + (b.row0 + capture_seam_) * kw, kept);
+        std::memcpy(ct.v, v + (b.row0 + capture_seam_) * kw, kept);
       }
-      ApplyRope(q.data() + b.row0 * qw, qw, b.n, nh, hd, rot, c.rope_theta, b.pos0);
-      ApplyRope(k.data() + b.row0 * kw, kw, b.n, nkv, hd, rot, c.rope_theta, b.pos0);
-      std::memcpy(kdst, k.data() + b.row0 * kw, bytes);
-      std::memcpy(vdst, v.data() + b.row0 * kw, bytes);
+      ApplyRope(q + b.row0 * qw, qw, b.n, nh, hd, rot, c.rope_theta, b.pos0);
+      ApplyRope(k + b.row0 * kw, kw, b.n, nkv, hd, rot, c.rope_theta, b.pos0);
+      std::memcpy(kdst, k + b.row0 * kw, bytes);
+      std::memcpy(vdst, v + b.row0 * kw, bytes);
     } else {
       const auto layer = static_cast<uint32_t>(li);
       std::memcpy(kdst, b.entry->Find(layer, TensorKind::kKey)->view.data(), bytes);
@@ -304,34 +317,34 @@ void Model::Pass::AttentionLayer(int64_t li, const float* xn, float* y) {
     }
   }
 
-  Vec attn = Zeros(rows * qw);
+  float* attn = Scratch(kAttn, rows * qw);
   for (const Block& b : blocks_) {
     if (!b.live) continue;
-    CausalAttention({nh, nkv, hd}, q.data() + b.row0 * qw, ls.k.data(), ls.v.data(),
-                    attn.data() + b.row0 * qw, b.n, b.pos0);
+    CausalAttention({nh, nkv, hd}, q + b.row0 * qw, ls.k.data(), ls.v.data(), attn + b.row0 * qw,
+                    b.n, b.pos0);
   }
   ParallelFor(rows, 64, [&](int64_t t0, int64_t t1) {
     for (int64_t r = t0; r < t1; ++r) {
-      const float* gate = proj.data() + r * cols + qw;
-      float* out = attn.data() + r * qw;
+      const float* gate = proj + r * cols + qw;
+      float* out = attn + r * qw;
       for (int64_t i = 0; i < qw; ++i) out[i] *= Sigmoid(gate[i]);
     }
   });
-  Gemm(rows, h, qw, attn.data(), qw, a.o_proj.data(), qw, y, h);
+  Gemm(rows, h, qw, attn, qw, a.o_proj.data(), qw, y, h);
 }
 
 void Model::Pass::SwiGlu(const MlpWeights& m, const float* x, int64_t rows, float* out) {
   const int64_t h = model_.config_.hidden_size, im = m.intermediate;
-  Vec gu = Zeros(rows * 2 * im);
-  Gemm(rows, 2 * im, h, x, h, m.gate_up.data(), h, gu.data(), 2 * im);
+  float* gu = Scratch(kGateUp, rows * 2 * im);
+  Gemm(rows, 2 * im, h, x, h, m.gate_up.data(), h, gu, 2 * im);
   ParallelFor(rows, 32, [&](int64_t t0, int64_t t1) {
     for (int64_t r = t0; r < t1; ++r) {
-      float* row = gu.data() + r * 2 * im;
+      float* row = gu + r * 2 * im;
       // The activation overwrites the gate half in place; down reads it with stride 2*im.
       for (int64_t i = 0; i < im; ++i) row[i] = Silu(row[i]) * row[im + i];
     }
   });
-  Gemm(rows, h, im, gu.data(), 2 * im, m.down.data(), im, out, h);
+  Gemm(rows, h, im, gu, 2 * im, m.down.data(), im, out, h);
 }
 
 void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {
@@ -344,8 +357,8 @@ void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {
   }
   const MoeWeights& m = lw.moe;
   const int64_t ne = c.num_experts, top = c.experts_per_token;
-  Vec logits = Zeros(rows * ne);
-  Gemm(rows, ne, h, xn, h, m.router.data(), h, logits.data(), ne);
+  float* logits = Scratch(kRouter, rows * ne);
+  Gemm(rows, ne, h, xn, h, m.router.data(), h, logits, ne);
 
   // Route: fp32 softmax, top-k, renormalised when norm_topk_prob. Then group rows by expert so
   // each expert runs as one sgemm over its tokens.
@@ -354,7 +367,7 @@ void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {
   std::vector<int64_t> order(static_cast<size_t>(ne));
   Vec prob(static_cast<size_t>(ne));
   for (int64_t r = 0; r < rows; ++r) {
-    const float* lr = logits.data() + r * ne;
+    const float* lr = logits + r * ne;
     const float mx = *std::max_element(lr, lr + ne);
     double sum = 0.0;
     for (int64_t e = 0; e < ne; ++e) sum += prob[static_cast<size_t>(e)] = std::exp(lr[e] - mx);
@@ -379,29 +392,28 @@ void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {
   }
 
   std::fill(y, y + rows * h, 0.0f);
-  Vec gathered, out;
   for (int64_t e = 0; e < ne; ++e) {
     const auto& er = expert_rows[static_cast<size_t>(e)];
     const auto& ew = expert_weights[static_cast<size_t>(e)];
     const auto n = static_cast<int64_t>(er.size());
     if (n == 0) continue;
-    gathered.resize(static_cast<size_t>(n * h));
-    out.resize(static_cast<size_t>(n * h));
+    float* gathered = Scratch(kGathered, n * h);
+    float* out = Scratch(kExpertOut, n * h);
     for (int64_t j = 0; j < n; ++j) {
-      std::memcpy(gathered.data() + j * h, xn + er[static_cast<size_t>(j)] * h,
+      std::memcpy(gathered + j * h, xn + er[static_cast<size_t>(j)] * h,
                   static_cast<size_t>(h) * sizeof(float));
     }
-    SwiGlu(m.experts[static_cast<size_t>(e)], gathered.data(), n, out.data());
+    SwiGlu(m.experts[static_cast<size_t>(e)], gathered, n, out);
     for (int64_t j = 0; j < n; ++j) {
       float* yr = y + er[static_cast<size_t>(j)] * h;
       const float wgt = ew[static_cast<size_t>(j)];
-      const float* src = out.data() + j * h;
+      const float* src = out + j * h;
       for (int64_t i = 0; i < h; ++i) yr[i] += wgt * src[i];
     }
   }
   if (m.shared.intermediate > 0) {
-    out.resize(static_cast<size_t>(rows * h));
-    SwiGlu(m.shared, xn, rows, out.data());
+    float* out = Scratch(kExpertOut, rows * h);
+    SwiGlu(m.shared, xn, rows, out);
     for (int64_t r = 0; r < rows; ++r) {
       const float* xr = xn + r * h;
       double dot = 0.0;
@@ -409,7 +421,7 @@ void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {
         dot += static_cast<double>(xr[i]) * m.shared_gate[static_cast<size_t>(i)];
       const float sg = Sigmoid(static_cast<float>(dot));
       float* yr = y + r * h;
-      const float* src = out.data() + r * h;
+      const float* src = out + r * h;
       for (int64_t i = 0; i < h; ++i) yr[i] += sg * src[i];
     }
   }

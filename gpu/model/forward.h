@@ -61,6 +61,28 @@ class Model::Pass {
   void MlpLayer(int64_t li, const float* xn, float* y);
   void SwiGlu(const MlpWeights& m, const float* x, int64_t rows, float* out);
 
+  // Working buffers reused by every layer (grown, never shrunk), so a pass allocates and
+  // page-faults its working set once rather than once per layer. Contents are garbage between
+  // uses: every user writes before it reads.
+  enum ScratchSlot {
+    kProj,
+    kPre,
+    kMixed,
+    kQ,
+    kK,
+    kV,
+    kGate,
+    kBeta,
+    kO,
+    kAttn,
+    kRouter,
+    kGathered,
+    kExpertOut,
+    kGateUp,
+    kNumScratch
+  };
+  float* Scratch(ScratchSlot slot, int64_t n);
+
   const Model& model_;
   ModelState& state_;
   ComposeMode mode_;
@@ -73,6 +95,9 @@ class Model::Pass {
   int64_t capture_block_ = -1;
   int64_t capture_seam_ = 0;
   std::vector<CaptureTensors> capture_;
+
+  std::vector<float> scratch_[kNumScratch];
+  std::vector<float> next_state_;  // the linear recurrence's output state, swapped in
 };
 
 }  // namespace hypic::model
