@@ -183,7 +183,8 @@ Result<std::unique_ptr<RocksTier>> RocksTier::Open(const RocksTierOptions& optio
     HYPIC_RETURN_IF_ERROR(tier->OpenDb());
     HYPIC_RETURN_IF_ERROR(tier->RebuildIndex());
   }
-  HYPIC_LOG_INFO("ssd tier: {} entries, {} bytes indexed", tier->index_.size(), tier->Usage());
+  TierCounters c = tier->Counters();
+  HYPIC_LOG_INFO("ssd tier: {} entries, {} bytes indexed", c.entries, c.bytes);
   return tier;
 }
 

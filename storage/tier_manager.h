@@ -157,8 +157,6 @@ class TierManager {
                                  size_t limit = 0) const;
 
   bool HasTier(TierKind kind) const { return tiers_[Index(kind)] != nullptr; }
-  // REQUIRES: HasTier(kind). For tests and tools that inspect one tier.
-  Tier& tier(TierKind kind) { return *tiers_[Index(kind)]; }
 
  private:
   using Clock = std::chrono::steady_clock;
