@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "protocol/decoder.h"
 #include "protocol/messages.h"
@@ -19,6 +20,32 @@ void RoundTrip(ByteSpan bytes) {
   Bytes again = Encode(*m);
   if (again.size() != bytes.size() || !std::equal(again.begin(), again.end(), bytes.begin())) {
     std::abort();  // a decoded message must re-encode byte-identically
+  }
+}
+
+// Rewrites the header CRC and body checksum of every frame that starts where the previous one
+// ended, so mutated lengths, opcodes and bodies get past the checksums and reach the checks
+// and decoders behind them (a CRC is hard for a mutator to fix up by itself).
+inline void ResealFrames(Bytes& b) {
+  size_t pos = 0;
+  while (b.size() - pos >= kHeaderSize) {
+    std::byte* h = b.data() + pos;
+    uint64_t body_len = 0;
+    uint16_t ext_len = 0;
+    std::memcpy(&body_len, h + 32, 8);
+    std::memcpy(&ext_len, h + 48, 2);
+    uint64_t left = b.size() - pos - kHeaderSize;
+    if (ext_len <= left && body_len <= left - ext_len) {
+      ByteSpan ext(h + kHeaderSize, ext_len);
+      ByteSpan body(h + kHeaderSize + ext_len, static_cast<size_t>(body_len));
+      auto kind = static_cast<uint8_t>(h[7]) == 1 ? ChecksumKind::kCrc32 : ChecksumKind::kXxh3_64;
+      uint64_t sum = BodyChecksum(kind, ext, body);
+      std::memcpy(h + 40, &sum, 8);
+    }
+    uint32_t crc = Crc32(ByteSpan(h, 60));
+    std::memcpy(h + 60, &crc, 4);
+    if (ext_len > left || body_len > left - ext_len) return;
+    pos += kHeaderSize + ext_len + static_cast<size_t>(body_len);
   }
 }
 

@@ -1,8 +1,9 @@
 // Fuzz target: a sequence of request frames through the server's per-connection state machine
 // (ServerSession: pre-auth limits, HELLO negotiation, tokens, admin gating), the way hypicd
-// drives it. The first input byte picks the auth policy. Invariants: nothing is admitted
-// before HELLO except PING; admin opcodes are admitted only with the admin grant; after a
-// fatal decode status the connection is done.
+// drives it. The first input byte picks the auth policy (bits 0-2) and whether the frames'
+// checksums are resealed first (bit 3), so mutations reach the session logic. Invariants: nothing
+// is admitted before HELLO except PING; admin opcodes are admitted only with the admin grant; after
+// a fatal decode status the connection is done.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -21,7 +22,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ready.max_body = 1 << 16;
   ServerSession session(policy, ready);
 
-  ByteSpan in(reinterpret_cast<const std::byte*>(data + 1), size - 1);
+  Bytes frames(reinterpret_cast<const std::byte*>(data + 1),
+               reinterpret_cast<const std::byte*>(data + size));
+  if (data[0] & 8) fuzz::ResealFrames(frames);
+  ByteSpan in(frames);
   while (!in.empty()) {
     Frame frame;
     size_t consumed = 0;
