@@ -172,7 +172,30 @@ Reply Handlers::Get(const Request& req) {
   // Zero copy: the reply streams the tier's bytes; the handle keeps them alive until written.
   r.view = (*handle)->host;
   r.view_owner = *handle;
+  r.body_checksum = GetChecksum((*handle)->owner, r.ext, r.view, req.header.checksum_kind,
+                                static_cast<uint8_t>(info.tier));
   return r;
+}
+
+uint64_t Handlers::GetChecksum(const std::shared_ptr<const void>& owner, protocol::ByteSpan ext,
+                               protocol::ByteSpan body, protocol::ChecksumKind kind, uint8_t tier) {
+  SumKey key{body.data(), tier, static_cast<uint8_t>(kind)};
+  {
+    MutexLock lock(&sums_mu_);
+    auto it = sums_.find(key);
+    if (it != sums_.end() && !it->second.owner.owner_before(owner) &&
+        !owner.owner_before(it->second.owner) && !it->second.owner.expired()) {
+      return it->second.sum;
+    }
+  }
+  uint64_t sum = protocol::BodyChecksum(kind, ext, body);
+  MutexLock lock(&sums_mu_);
+  if (sums_.size() >= kMaxCachedSums) {
+    std::erase_if(sums_, [](const auto& kv) { return kv.second.owner.expired(); });
+    if (sums_.size() >= kMaxCachedSums) sums_.clear();
+  }
+  sums_[key] = SumValue{owner, sum};
+  return sum;
 }
 
 Reply Handlers::Put(const Request& req) {

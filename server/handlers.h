@@ -102,6 +102,30 @@ class Handlers {
   const std::shared_ptr<const model::Model> model_;
   const Clock::time_point started_;
 
+  // GET replies' body checksums: entries are immutable, so the checksum of (bytes, tier byte,
+  // kind) is computed once per stored copy, not once per GET. Keyed by the copy's address and
+  // validated by a weak reference, so a freed and reused address never matches.
+  struct SumKey {
+    const void* entry;
+    uint8_t tier;
+    uint8_t kind;
+    friend bool operator==(const SumKey&, const SumKey&) = default;
+  };
+  struct SumKeyHash {
+    size_t operator()(const SumKey& k) const {
+      return std::hash<const void*>()(k.entry) ^ (size_t{k.tier} << 3) ^ (size_t{k.kind} << 7);
+    }
+  };
+  struct SumValue {
+    std::weak_ptr<const void> owner;
+    uint64_t sum = 0;
+  };
+  static constexpr size_t kMaxCachedSums = 4096;
+  uint64_t GetChecksum(const std::shared_ptr<const void>& owner, protocol::ByteSpan ext,
+                       protocol::ByteSpan body, protocol::ChecksumKind kind, uint8_t tier);
+  Mutex sums_mu_;
+  std::unordered_map<SumKey, SumValue, SumKeyHash> sums_ GUARDED_BY(sums_mu_);
+
   // Single flight: the prefill of a key that another request is already computing is awaited,
   // not repeated (RELIABILITY row 10).
   Mutex flights_mu_;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -42,6 +43,9 @@ struct Reply {
   protocol::Bytes body;
   std::shared_ptr<const void> view_owner;  // when set, `view` is the body
   protocol::ByteSpan view;
+  // The body checksum (over ext then body, of `checksum_kind`) when the handler already knows
+  // it, so the session does not hash the body again.
+  std::optional<uint64_t> body_checksum;
 
   protocol::ByteSpan Body() const { return view_owner ? view : protocol::ByteSpan(body); }
   uint64_t WireSize() const { return protocol::kHeaderSize + ext.size() + Body().size(); }

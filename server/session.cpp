@@ -295,7 +295,12 @@ void Session::Dispatch(Request req) {
   }
   server_.handlers().Handle(std::move(req),
                             [self = shared_from_this(), bytes, received](Reply reply) {
-                              self->Deliver(std::move(reply), bytes, received);
+                              // Inline handlers answer on this strand: no extra post.
+                              if (self->strand_.running_in_this_thread()) {
+                                self->OnReply(std::move(reply), bytes, received);
+                              } else {
+                                self->Deliver(std::move(reply), bytes, received);
+                              }
                             });
 }
 
@@ -334,7 +339,17 @@ void Session::QueueReply(Reply reply, uint64_t request_bytes, bool counts_reques
   h.request_id = reply.request_id;
   h.key = reply.key;
   h.status = static_cast<uint16_t>(reply.status);
-  auto header = protocol::MakeHeader(h, reply.ext, reply.Body());
+  Result<std::array<std::byte, protocol::kHeaderSize>> header = Internal("unset");
+  if (reply.body_checksum && reply.ext.size() <= protocol::kMaxExtLen) {
+    h.ext_len = static_cast<uint16_t>(reply.ext.size());
+    h.body_len = reply.Body().size();
+    h.body_checksum = *reply.body_checksum;
+    std::array<std::byte, protocol::kHeaderSize> bytes;
+    protocol::EncodeHeader(h, bytes.data());
+    header = bytes;
+  } else {
+    header = protocol::MakeHeader(h, reply.ext, reply.Body());
+  }
   if (!header.ok()) {
     // Only an oversized ext can fail, which is a handler bug: answer INTERNAL instead.
     HYPIC_LOG_ERROR("session {}: cannot frame reply: {}", id_, header.status().ToString());
@@ -367,7 +382,13 @@ void Session::DoWrite() {
     if (!body.empty()) buffers.emplace_back(body.data(), body.size());
   }
   writing_ = true;
-  asio::async_write(socket_, buffers,
+  size_t total = asio::buffer_size(buffers);
+  // Asio's transfer_all() caps each writev at 64 KiB; a MiB-sized entry would then cost 16+
+  // syscalls. Ask for everything that is left in each step instead.
+  auto all_left = [total](const boost::system::error_code& ec, size_t done) -> size_t {
+    return ec ? 0 : total - done;
+  };
+  asio::async_write(socket_, buffers, all_left,
                     asio::bind_executor(strand_, [self = shared_from_this(), count](
                                                      const boost::system::error_code& ec,
                                                      size_t n) { self->OnWrite(ec, n, count); }));
