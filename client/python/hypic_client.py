@@ -216,12 +216,19 @@ def encode_frame(opcode: int, request_id: int, body: bytes = b"", ext: bytes = b
                  key: bytes = ZERO_KEY, flags: int = 0, status: int = 0, deadline_ms: int = 0,
                  version: int = MAX_VERSION) -> bytes:
     """One frame with a CRC-32 body checksum (the only kind this client sends)."""
+    head = _frame_head(opcode, request_id, body, ext, key, flags, status, deadline_ms, version)
+    return head + body
+
+
+def _frame_head(opcode: int, request_id: int, body: bytes, ext: bytes, key: bytes, flags: int,
+                status: int, deadline_ms: int, version: int) -> bytes:
+    """Header and ext of a frame: the caller sends the body after it without concatenating."""
     if len(ext) > MAX_EXT_LEN:
         raise ValueError(f"ext of {len(ext)} bytes exceeds {MAX_EXT_LEN}")
     checksum = crc32(body, crc32(ext))
     head = _HEADER.pack(MAGIC, version, int(opcode), flags, CHECKSUM_CRC32, request_id, key,
                         len(body), checksum, len(ext), status, deadline_ms, 0)
-    return head + struct.pack("<I", crc32(head)) + ext + body
+    return head + struct.pack("<I", crc32(head)) + ext
 
 
 @dataclasses.dataclass
@@ -251,6 +258,26 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> None:
         self._buf += data
+
+    def read_frame_from(self, sock: socket.socket) -> None:
+        """Reads the rest of the frame at the front (whose header is in) from `sock` straight
+        into one buffer of the frame's size, so a large body is neither staged in recv()'s
+        per-call allocations nor copied while the buffer grows.
+        REQUIRES: the buffer holds less than needed() bytes, all of them this frame's."""
+        frame = bytearray(self.needed())
+        have = len(self._buf)
+        frame[:have] = self._buf
+        view = memoryview(frame)
+        while have < len(frame):
+            n = sock.recv_into(view[have:])
+            if n == 0:
+                raise ConnectionError("the server closed the connection")
+            have += n
+        view.release()
+        self._buf = frame
+
+    def buffered(self) -> int:
+        return len(self._buf)
 
     def needed(self) -> int:
         """Bytes the frame at the front needs in total (HEADER_SIZE until its header is in)."""
@@ -290,8 +317,10 @@ class FrameDecoder:
         total = HEADER_SIZE + ext_len + body_len
         if len(buf) < total:
             return None
-        ext = bytes(buf[HEADER_SIZE:HEADER_SIZE + ext_len])
-        body = bytes(buf[HEADER_SIZE + ext_len:total])
+        view = memoryview(buf)
+        ext = bytes(view[HEADER_SIZE:HEADER_SIZE + ext_len])
+        body = bytes(view[HEADER_SIZE + ext_len:total])
+        view.release()
         del buf[:total]
         if kind != CHECKSUM_CRC32:
             raise ProtocolError("the server used xxh3-64, which this client did not request")
@@ -736,6 +765,10 @@ def _list_body(cursor: int, limit: int, namespace: str, tier: Tier) -> bytes:
 # The client
 
 
+# Frames (and bodies) above this are received into (sent from) one buffer without staging.
+_DIRECT_READ = 1 << 20
+
+
 class Pending:
     """A request in flight. result() reads replies (buffering others) until this one arrives."""
 
@@ -808,9 +841,13 @@ class Client:
             raise self._goaway
         rid = self._next_id
         self._next_id += 1
-        frame = encode_frame(opcode, rid, body, ext, key, deadline_ms=deadline_ms,
-                             version=self.hello_reply.version if self.hello_reply else MAX_VERSION)
-        self._sock.sendall(frame)
+        version = self.hello_reply.version if self.hello_reply else MAX_VERSION
+        head = _frame_head(opcode, rid, body, ext, key, 0, 0, deadline_ms, version)
+        if len(body) > _DIRECT_READ:
+            self._sock.sendall(head)  # no concatenated copy of a large body
+            self._sock.sendall(body)
+        else:
+            self._sock.sendall(head + body)
         self._outstanding.add(rid)
         return rid
 
@@ -819,7 +856,10 @@ class Client:
             frame = self._decoder.next_frame()
             if frame is not None:
                 break
-            data = self._sock.recv(max(65536, self._decoder.needed() - len(self._decoder._buf)))
+            if self._decoder.needed() - self._decoder.buffered() > _DIRECT_READ:
+                self._decoder.read_frame_from(self._sock)
+                continue
+            data = self._sock.recv(65536)
             if not data:
                 raise ConnectionError("the server closed the connection")
             self._decoder.feed(data)
