@@ -42,7 +42,8 @@ Result<LoadedCheckpoint> ReadCheckpoint(const std::filesystem::path& dir);
 
 struct WriteOptions {
   DType dtype = DType::kBF16;  // kF32, kF16 or kBF16
-  int shards = 1;              // > 1 writes model-0000i-of-0000N + index.json
+  int shards = 1;  // > 1: shards of at most 1/shards of the data each (a tensor is never
+                   // split, so greedy packing may need a file more) + index.json
 };
 
 // Writes config.json and the weights in config.format's layout into `dir` (created if

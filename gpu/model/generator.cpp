@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <string>
 
@@ -200,7 +201,9 @@ Result<fs::path> EnsureBuiltinModel(std::string_view name, const fs::path& cache
   std::error_code ec;
   if (fs::exists(dir / "config.json", ec)) return dir;
 
-  const fs::path tmp = cache_dir / fmt::format(".builtin-{}-tmp-{}", name, ::getpid());
+  static std::atomic<uint64_t> attempt{0};  // distinct temporaries for threads of one process
+  const fs::path tmp =
+      cache_dir / fmt::format(".builtin-{}-tmp-{}-{}", name, ::getpid(), attempt.fetch_add(1));
   fs::remove_all(tmp, ec);
   HYPIC_RETURN_IF_ERROR(WriteCheckpoint(tmp, config, GenerateWeights(config, 0)));
   fs::rename(tmp, dir, ec);

@@ -32,7 +32,8 @@ ModelWeights GenerateWeights(const ModelConfig& config, uint64_t seed);
 
 // The directory of built-in model `name` (a preset, e.g. "small") under `cache_dir`, generated
 // (seed 0, qwen3_next, bf16) on first use. Safe against concurrent first use by several
-// processes: generation goes to a private temporary directory that is renamed into place.
+// processes or threads: generation goes to a private temporary directory that is renamed into
+// place.
 Result<std::filesystem::path> EnsureBuiltinModel(std::string_view name,
                                                  const std::filesystem::path& cache_dir);
 

@@ -24,7 +24,9 @@ int main(int argc, char** argv) {
   app.add_option("--mlp", mlp, "moe | dense")->capture_default_str();
   app.add_option("--seed", seed, "Random seed")->capture_default_str();
   app.add_option("--dtype", dtype, "bf16 | f16 | f32")->capture_default_str();
-  app.add_option("--shards", shards, "Number of safetensors shards")->capture_default_str();
+  app.add_option("--shards", shards,
+                 "Split into shards of at most 1/N of the bytes each (about N files + index)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
