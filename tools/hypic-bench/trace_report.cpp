@@ -127,7 +127,8 @@ std::string RenderTable(const TraceReport& report) {
   }
   const ModeRun* hypic = report.Find("hypic");
   const ModeRun* prefix = report.Find("prefix");
-  if (hypic != nullptr && prefix != nullptr && hypic->ttft.p50 > 0) {
+  if (hypic != nullptr && prefix != nullptr && hypic->ttft.p50 > 0 &&
+      std::isfinite(hypic->ttft.p50) && std::isfinite(prefix->ttft.p50)) {
     out += fmt::format("\nhypic vs prefix: p50 TTFT {:.2f}x lower",
                        prefix->ttft.p50 / hypic->ttft.p50);
     if (hypic->sustainable_qps >= 0 && prefix->sustainable_qps > 0) {
