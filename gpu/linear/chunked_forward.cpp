@@ -5,9 +5,10 @@
 //   delta family: (I + A_kk) [U | W] = [diag(beta) V | diag(beta) (e^b . K)]  (triangular solve)
 //   plain family: U = V, W = 0
 //   V_new = U - W S;  O = (e^b . Q) S + A_qk V_new;  S <- Diag(e^{b_L}) S + (e^{b_L-b} . K)^T V_new
-// The same step, with U = 0 and n = dk columns, advances the dense transition T_C (the state map
-// of the homogeneous recurrence), so T costs two L x dk x dk GEMMs per chunk instead of forming
-// the chunk matrix M and a dk^3 product. Every exponent is e^{b_r - b_s} with r >= s (or
+// The same step, with U = 0 and dk columns, advances the dense transition T_C (the state map of
+// the homogeneous recurrence), so T costs two L x dk x dk GEMMs per chunk instead of forming the
+// chunk matrix M and a dk^3 product; that chain (and the W feeding it) runs in double, see
+// StepTransition. Every exponent is e^{b_r - b_s} with r >= s (or
 // e^{b_L - b_s}), so nothing overflows for strong decays.
 //
 // Three chains may run per head: the one from the initial state (o, final_state), the one from
@@ -30,12 +31,8 @@ namespace {
 class ChunkKernel {
  public:
   ChunkKernel(Variant variant, const Shape& shape, int chunk)
-      : kind_(DecayKindOf(variant)),
-        delta_(HasBeta(variant)),
-        dk_(shape.dk),
-        dv_(shape.dv),
-        chunk_(chunk) {
-    const int64_t c = chunk, dk = dk_, dv = dv_, wide = std::max(dk, dv);
+      : kind_(DecayKindOf(variant)), delta_(HasBeta(variant)), dk_(shape.dk), dv_(shape.dv) {
+    const int64_t c = chunk, dk = dk_, dv = dv_;
     q_.resize(c * dk);
     k_.resize(c * dk);
     k_hat_.resize(c * dk);
@@ -43,7 +40,7 @@ class ChunkKernel {
     u_.resize(c * dv);
     a_qk_.resize(c * c);
     a_kk_.resize(delta_ ? c * c : 0);
-    v_new_.resize(c * wide);
+    v_new_.resize(delta_ ? c * dv : 0);
     beta_.resize(c);
     b_.resize(kind_ == DecayKind::kDiag ? c * dk : c);
     eb_.resize(b_.size());
@@ -69,17 +66,13 @@ class ChunkKernel {
     if (delta_) SolveWy();
   }
 
-  // Advances one chain over the chunk: S [dk, n] in place. `u` is U [L, n] (nullptr means zero,
-  // only for the delta family). Writes O rows to `o` (row stride ldo) when not nullptr.
-  void Step(const float* u, int n, float* s, float* o, int64_t ldo) {
-    const int L = len_, dk = dk_;
-    const float* v_new = u;
+  // Advances one state chain over the chunk: S [dk, dv] in place. Writes O rows to `o` (row
+  // stride ldo) when not nullptr.
+  void Step(float* s, float* o, int64_t ldo) {
+    const int L = len_, dk = dk_, n = dv_;
+    const float* v_new = u_.data();
     if (delta_) {
-      if (u != nullptr) {
-        std::memcpy(v_new_.data(), u, int64_t{L} * n * sizeof(float));
-      } else {
-        std::fill_n(v_new_.data(), int64_t{L} * n, 0.0f);
-      }
+      std::memcpy(v_new_.data(), u_.data(), int64_t{L} * n * sizeof(float));
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, n, dk, -1.0f, w_.data(), dk, s, n,
                   1.0f, v_new_.data(), n);
       v_new = v_new_.data();
@@ -107,7 +100,8 @@ class ChunkKernel {
   // Advances the dense transition chain T [dk, dk] (delta family): T <- D T - K_hat^T (W T).
   // The whole T path (A_kk, the WY solve for W, the chain) runs in double: T is a product of
   // many near-singular contractions, and fp32 rounding of each chunk's factor would otherwise
-  // dominate its relative error over long segments. It costs about two fp32 GEMM chains.
+  // dominate its relative error over long segments (measured: up to 1.1e-5 in fp32, 3e-8 here;
+  // docs/benchmarks.md). It roughly doubles the cost of the forward for GDN.
   void StepTransition(double* t) {
     const int L = len_, dk = dk_;
     const int64_t n = int64_t{L} * dk;
@@ -159,8 +153,6 @@ class ChunkKernel {
     cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dk, dk, L, 1.0, khd_.data(), dk,
                 vtd_.data(), dk, 1.0, t, dk);
   }
-
-  const float* u() const { return u_.data(); }
 
  private:
   // Element (r, d) of a per-chunk decay factor array (1 without decay).
@@ -276,7 +268,7 @@ class ChunkKernel {
 
   DecayKind kind_;
   bool delta_;
-  int dk_, dv_, chunk_;
+  int dk_, dv_;
   int len_ = 0;
   std::vector<float> q_, k_, k_hat_, w_, u_, a_qk_, a_kk_, v_new_, beta_, decay_end_, scratch_;
   // Chunk-local cumulative log-decay b, kept in double (its rounding would enter every
@@ -320,15 +312,15 @@ Status ChunkedForward(Variant variant, const Shape& shape, const Inputs& in,
     std::fill(z.begin(), z.end(), 0.0f);
     std::fill(t.begin(), t.end(), 0.0f);
     for (int d = 0; d < (dense_t ? dk : 0); ++d) t[int64_t{d} * dk + d] = 1.0f;
-    for (int64_t t0 = 0; t0 < shape.tokens; t0 += chunk) {
+    const int64_t chain_tokens = main_chain || zero_chain || dense_t ? shape.tokens : 0;
+    for (int64_t t0 = 0; t0 < chain_tokens; t0 += chunk) {
       const int len = static_cast<int>(std::min<int64_t>(chunk, shape.tokens - t0));
-      if (!main_chain && !zero_chain && !dense_t) break;
       kernel.Prepare(shape, in, t0, len, h, kh);
       if (main_chain) {
         float* o = out.o != nullptr ? out.o + (t0 * HV + h) * dv : nullptr;
-        kernel.Step(kernel.u(), dv, s.data(), o, int64_t{HV} * dv);
+        kernel.Step(s.data(), o, int64_t{HV} * dv);
       }
-      if (zero_chain) kernel.Step(kernel.u(), dv, z.data(), nullptr, 0);
+      if (zero_chain) kernel.Step(z.data(), nullptr, 0);
       if (dense_t) kernel.StepTransition(t.data());
     }
     if (out.final_state != nullptr) {
