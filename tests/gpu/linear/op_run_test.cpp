@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -100,12 +101,12 @@ TensorMap TensorsOf(const Problem& p) {
   m["q"] = {{s.tokens, s.key_heads, s.dk}, p.q};
   m["k"] = {{s.tokens, s.key_heads, s.dk}, p.k};
   m["v"] = {{s.tokens, s.value_heads, s.dv}, p.v};
-  if (!p.g.empty()) {
+  if (HasGate(p.variant)) {
     m["g"] = {HasDiagGate(p.variant) ? std::vector<int64_t>{s.tokens, s.value_heads, s.dk}
                                      : std::vector<int64_t>{s.tokens, s.value_heads},
               p.g};
   }
-  if (!p.beta.empty()) m["beta"] = {{s.tokens, s.value_heads}, p.beta};
+  if (HasBeta(p.variant)) m["beta"] = {{s.tokens, s.value_heads}, p.beta};
   if (!p.initial.empty()) m["initial_state"] = {{s.value_heads, s.dk, s.dv}, p.initial};
   return m;
 }
@@ -139,6 +140,25 @@ TEST_CASE("hypic-op run matches the float64 reference for every variant and meth
       }
     }
   }
+}
+
+TEST_CASE("hypic-op run accepts an empty sequence: identity transition, state unchanged") {
+  OpRunTest t;
+  const Shape shape{0, 1, 2, 8, 6};
+  const Problem p = testing::MakeProblem(Variant::kGdn, shape, 77);
+  const fs::path in = t.Write("empty.safetensors", TensorsOf(p));
+  const fs::path out = t.dir() / "out.safetensors";
+  std::string err;
+  const int rc =
+      t.Run("run --variant gdn --input " + in.string() + " --output " + out.string(), &err);
+  INFO(err);
+  REQUIRE(rc == 0);
+  CHECK(t.Read(out, "o", {0, 2, 6}).empty());
+  CHECK(t.Read(out, "final_state", {2, 8, 6}) == p.initial);
+  const std::vector<float> zero = t.Read(out, "zero_state", {2, 8, 6});
+  CHECK(std::all_of(zero.begin(), zero.end(), [](float x) { return x == 0.0f; }));
+  const testing::Reference ref = testing::ReferenceForward(p);  // T = I
+  CHECK(testing::RelError(t.Read(out, "transition", {2, 8, 8}), ref.transition) == 0.0);
 }
 
 TEST_CASE("hypic-op run rejects bad input with exit code 2, naming the tensor and shape") {
