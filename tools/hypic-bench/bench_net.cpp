@@ -252,7 +252,13 @@ class Lean {
     return c;
   }
   Lean(Lean&& o) noexcept
-      : fd_(o.fd_), ext_(std::move(o.ext_)), body_(std::move(o.body_)), decoder_(o.decoder_) {
+      : fd_(o.fd_),
+        rbuf_(o.rbuf_),
+        rpos_(o.rpos_),
+        rlen_(o.rlen_),
+        ext_(std::move(o.ext_)),
+        body_(std::move(o.body_)),
+        decoder_(o.decoder_) {
     o.fd_ = -1;
   }
   Lean& operator=(Lean&&) = delete;
@@ -306,17 +312,37 @@ class Lean {
     }
     return Status::Ok();
   }
+  // Buffered bytes first; small reads refill the buffer (one recv serves header, ext and a
+  // small body), large ones go straight into `p`, as Resp does.
   Status RecvAll(std::byte* p, size_t n) {
+    size_t have = std::min(n, rlen_ - rpos_);
+    std::memcpy(p, rbuf_.data() + rpos_, have);
+    rpos_ += have;
+    p += have;
+    n -= have;
     while (n > 0) {
-      ssize_t r = ::recv(fd_, p, n, 0);
-      if (r <= 0) return IoError("hypicd recv");
-      p += r;
-      n -= static_cast<size_t>(r);
+      if (n < rbuf_.size()) {
+        ssize_t r = ::recv(fd_, rbuf_.data(), rbuf_.size(), 0);
+        if (r <= 0) return IoError("hypicd recv");
+        rlen_ = static_cast<size_t>(r);
+        size_t take = std::min(n, rlen_);
+        std::memcpy(p, rbuf_.data(), take);
+        rpos_ = take;
+        p += take;
+        n -= take;
+      } else {
+        ssize_t r = ::recv(fd_, p, n, 0);
+        if (r <= 0) return IoError("hypicd recv");
+        p += r;
+        n -= static_cast<size_t>(r);
+      }
     }
     return Status::Ok();
   }
   int fd_ = -1;
   uint64_t id_ = 0;
+  std::array<std::byte, 16384> rbuf_{};
+  size_t rpos_ = 0, rlen_ = 0;
   protocol::Bytes ext_, body_;
   protocol::Decoder decoder_;
 };
