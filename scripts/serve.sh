@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build}
 BUILD_DIR=$build_dir "$root/scripts/build.sh"
 if [ ! -x "$build_dir/bin/hypicd" ]; then
-  echo "serve: hypicd is not built yet (server/ has not landed); built the libraries and tools only." >&2
+  echo "serve: $build_dir/bin/hypicd was not built; see the build output above." >&2
   exit 1
 fi
 exec "$build_dir/bin/hypicd" --model builtin:small --data-dir "${HYPIC_DATA_DIR:-$root/hypic-data}" "$@"
