@@ -108,17 +108,17 @@ class ChunkKernel {
     wd_.resize(n);
     khd_.resize(n);
     vtd_.resize(n);
-    akk_d_.assign(int64_t{L} * L, 0.0);
     for (int r = 0; r < L; ++r) {
       for (int d = 0; d < dk; ++d) {
         const int64_t i = int64_t{r} * dk + d;
-        vtd_[i] = k_[i];  // raw K in double, used for the scores below
+        vtd_[i] = k_[i];  // raw K in double for the scores below (scalar / no decay)
         const double eb = Factor(eb_, r, d), eend = Factor(eend_, r, d);
         wd_[i] = beta_[r] * eb * k_[i];
         khd_[i] = k_[i] * eend;
       }
     }
-    if (kind_ != DecayKind::kDiag) {
+    if (kind_ != DecayKind::kDiag) {  // the diagonal case built akk_d_ in BuildScores
+      akk_d_.resize(int64_t{L} * L);
       cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, dk, 1.0, vtd_.data(), dk,
                   vtd_.data(), dk, 0.0, akk_d_.data(), L);
       for (int r = 0; r < L; ++r) {
@@ -126,17 +126,6 @@ class ChunkKernel {
           const double f = kind_ == DecayKind::kScalar ? std::exp(b_[r] - b_[c]) : 1.0;
           double& a = akk_d_[int64_t{r} * L + c];
           a = c < r ? beta_[r] * a * f : 0.0;
-        }
-      }
-    } else {
-      for (int r = 1; r < L; ++r) {
-        for (int c = 0; c < r; ++c) {
-          double acc = 0.0;
-          for (int d = 0; d < dk; ++d) {
-            acc += vtd_[int64_t{r} * dk + d] * vtd_[int64_t{c} * dk + d] *
-                   std::exp(b_[int64_t{r} * dk + d] - b_[int64_t{c} * dk + d]);
-          }
-          akk_d_[int64_t{r} * L + c] = beta_[r] * acc;
         }
       }
     }
@@ -212,8 +201,9 @@ class ChunkKernel {
       }
       return;
     }
-    std::vector<float>& e = scratch_;
-    e.resize(dk);
+    // The diagonal decay does not factor out of the dot products: one exp per (r, s, d), in
+    // double. The double A_kk is kept for the transition's WY solve (StepTransition).
+    if (delta_) akk_d_.assign(int64_t{L} * L, 0.0);
     for (int r = 0; r < L; ++r) {
       const double* br = &b_[int64_t{r} * dk];
       const float* qr = &q_[int64_t{r} * dk];
@@ -227,15 +217,19 @@ class ChunkKernel {
         }
         const double* bs = &b_[int64_t{s} * dk];
         const float* ks = &k_[int64_t{s} * dk];
-        for (int d = 0; d < dk; ++d) e[d] = std::exp(br[d] - bs[d]);
         double aq = 0.0, ak = 0.0;
         for (int d = 0; d < dk; ++d) {
-          const float w = ks[d] * e[d];
-          aq += double{qr[d]} * w;
-          ak += double{kr[d]} * w;
+          const double w = ks[d] * std::exp(br[d] - bs[d]);
+          aq += qr[d] * w;
+          ak += kr[d] * w;
         }
         a_qk_[i] = static_cast<float>(aq);
-        if (delta_) a_kk_[i] = s < r ? static_cast<float>(beta_[r] * ak) : 0.0f;
+        if (delta_ && s < r) {
+          akk_d_[i] = beta_[r] * ak;
+          a_kk_[i] = static_cast<float>(akk_d_[i]);
+        } else if (delta_) {
+          a_kk_[i] = 0.0f;
+        }
       }
     }
   }
@@ -270,7 +264,7 @@ class ChunkKernel {
   bool delta_;
   int dk_, dv_;
   int len_ = 0;
-  std::vector<float> q_, k_, k_hat_, w_, u_, a_qk_, a_kk_, v_new_, beta_, decay_end_, scratch_;
+  std::vector<float> q_, k_, k_hat_, w_, u_, a_qk_, a_kk_, v_new_, beta_, decay_end_;
   // Chunk-local cumulative log-decay b, kept in double (its rounding would enter every
   // exponent), and the factors e^b and e^{b_L - b}: [L] for a scalar decay, [L, dk] diagonal.
   std::vector<double> b_, eb_, eend_;
