@@ -11,6 +11,7 @@ namespace {
 double SecondsSince(Clock::time_point t0, Clock::time_point t1) {
   return std::chrono::duration<double>(t1 - t0).count();
 }
+
 }  // namespace
 
 // One key being computed. Guarded by MissScheduler::mu_.
@@ -24,6 +25,7 @@ struct MissScheduler::Flight {
   // worker is still handing the entry to the store get it at once.
   EntryPtr delivered;
   double transfer_s = 0.0;
+  double cpu_s = 0.0;  // the worker thread's CPU time for the job
   // (request, slot in that request). A request may wait for one key in several slots.
   std::vector<std::pair<State*, size_t>> waiters;
 };
@@ -113,6 +115,7 @@ Result<std::unique_ptr<MissRequest>> MissScheduler::Submit(std::vector<PrefillJo
   state->submitted = Clock::now();
   state->deadline = deadline;
   state->entries.resize(misses.size());
+  state->timings.worker_cpu_s.assign(pool_.size(), 0.0);
   state->remaining = misses.size();
 
   MutexLock lock(&mu_);
@@ -229,6 +232,7 @@ void MissScheduler::Deliver(Flight& flight, const EntryPtr& entry) {
     if (request->timings.first_arrival_s == 0.0) request->timings.first_arrival_s = t;
     request->timings.last_arrival_s = t;
     request->timings.transfer_s += flight.transfer_s;
+    request->timings.worker_cpu_s[flight.worker] += flight.cpu_s;
     if (--request->remaining == 0) Complete(*request, Status::Ok());
   }
 }
@@ -256,7 +260,9 @@ void MissScheduler::WorkerLoop(size_t w) {
     }
 
     const Clock::time_point t0 = Clock::now();
+    const double cpu0 = ThreadCpuSeconds();
     Result<EntryPtr> computed = worker.Execute(flight->job);
+    flight->cpu_s = ThreadCpuSeconds() - cpu0;
     const Clock::time_point t1 = Clock::now();
     Result<EntryPtr> delivered = computed.status();
     if (computed.ok()) {

@@ -68,8 +68,11 @@ struct MissTimings {
   double first_arrival_s = 0.0;  // from Submit to the first delivered entry
   double last_arrival_s = 0.0;   // from Submit to the last delivered entry
   double transfer_s = 0.0;       // transport time summed over this request's entries
-  size_t started = 0;            // jobs this request started
-  size_t joined = 0;             // jobs it joined
+  // Per worker: the CPU time of the worker threads computing this request's entries. On a
+  // machine shared with other load it is the cost a dedicated core would have paid.
+  std::vector<double> worker_cpu_s;
+  size_t started = 0;  // jobs this request started
+  size_t joined = 0;   // jobs it joined
 };
 
 class MissScheduler;

@@ -64,4 +64,8 @@ class WorkerPool {
 // The number of hardware threads (at least 1).
 int HardwareThreads();
 
+// The calling thread's CPU time in seconds: what a job costs a dedicated core, independent of
+// other load on a shared machine.
+double ThreadCpuSeconds();
+
 }  // namespace hypic::runtime

@@ -3,6 +3,7 @@
 #include "gpu/runtime/miss_scheduler.h"
 
 #include <doctest/doctest.h>
+#include <time.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -338,6 +339,38 @@ TEST_CASE("entries stream: the first arrives while later ones still compute") {
   MissTimings t = (*req)->timings();
   CHECK(t.first_arrival_s >= 0.025);
   CHECK(t.last_arrival_s - t.first_arrival_s >= 0.08);  // three more 30 ms jobs after the first
+}
+
+TEST_CASE("each worker's CPU time for the request is reported") {
+  Fixture f(2);
+  // Burns 30 ms of its own thread's CPU time, however busy the machine is.
+  auto burner = [](uint64_t id) {
+    PrefillJob job;
+    job.key = Key(id);
+    job.cost = 1.0;
+    job.compute = [id](const WorkerContext&) -> Result<EntryPtr> {
+      timespec t0{}, t{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+      volatile double sink = 0.0;
+      do {
+        for (int i = 0; i < 10000; ++i) sink = sink + i;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+      } while ((t.tv_sec - t0.tv_sec) * 1e9 + (t.tv_nsec - t0.tv_nsec) < 30e6);
+      EntryMeta meta;
+      meta.key = Key(id);
+      return EntryPtr(std::make_shared<SegmentEntry>(meta));
+    };
+    return job;
+  };
+  auto req = f.scheduler.Submit({burner(1), burner(2), burner(3), burner(4)}, Far());
+  REQUIRE_OK(req);
+  REQUIRE_OK((*req)->Wait());
+  MissTimings t = (*req)->timings();
+  REQUIRE(t.worker_cpu_s.size() == 2);
+  // Equal costs: two jobs per worker, 60 ms of CPU each (plus the loop's last round).
+  CHECK(t.worker_cpu_s[0] >= 0.06);
+  CHECK(t.worker_cpu_s[1] >= 0.06);
+  CHECK(t.worker_cpu_s[0] + t.worker_cpu_s[1] < 1.0);
 }
 
 TEST_CASE("an empty request completes at once; a job without a function is rejected") {
