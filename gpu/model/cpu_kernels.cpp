@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <atomic>
 #include <cmath>
 #include <thread>
 #include <vector>
@@ -40,10 +41,19 @@ float LaneSum(const float* x, int64_t n) {
 
 }  // namespace
 
+std::atomic<int> g_threads{static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+
+void SetComputeThreads(int threads) {
+  g_threads.store(std::max(1, threads));
+  openblas_set_num_threads(std::max(1, threads));
+}
+
+int ComputeThreads() { return g_threads.load(); }
+
 void ParallelFor(int64_t n, int64_t min_per_thread,
                  const std::function<void(int64_t, int64_t)>& fn) {
-  static const int64_t kThreads = std::max(1u, std::thread::hardware_concurrency());
-  const int64_t threads = std::min(kThreads, n / std::max<int64_t>(min_per_thread, 1));
+  const int64_t threads =
+      std::min<int64_t>(g_threads.load(), n / std::max<int64_t>(min_per_thread, 1));
   if (threads <= 1) {
     if (n > 0) fn(0, n);
     return;

@@ -14,7 +14,12 @@
 
 namespace hypic::model {
 
-// Calls fn(begin, end) on disjoint ranges covering [0, n), on up to the hardware's thread count
+// Sets the threads every pass uses: OpenBLAS's pool and ParallelFor (default: the hardware's
+// thread count). Process-wide; meant for startup and benchmarks, not for concurrent change.
+void SetComputeThreads(int threads);
+int ComputeThreads();
+
+// Calls fn(begin, end) on disjoint ranges covering [0, n), on up to ComputeThreads() threads
 // (the caller's thread takes one range). Runs inline when n < min_per_thread * 2.
 void ParallelFor(int64_t n, int64_t min_per_thread,
                  const std::function<void(int64_t, int64_t)>& fn);

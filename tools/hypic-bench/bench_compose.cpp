@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpu/model/cpu_kernels.h"
 #include "gpu/model/model.h"
 #include "tools/common/subcommand.h"
 
@@ -43,6 +44,7 @@ struct Options {
   int reps = 3;
   int t_segments = 4;  // segments timed for the T overhead
   uint64_t seed = 1;
+  int threads = 0;  // 0: the hardware's
   bool json = false;
 };
 
@@ -146,6 +148,7 @@ double Kl(const std::vector<float>& p_logits, const std::vector<float>& q_logits
 }
 
 int Run(const Options& opt) {
+  if (opt.threads > 0) model::SetComputeThreads(opt.threads);
   auto loaded = model::LoadModel(opt.model, opt.cache_dir);
   if (!loaded.ok()) {
     fmt::print(stderr, "hypic-bench compose: {}\n", loaded.status().ToString());
@@ -192,7 +195,7 @@ int Run(const Options& opt) {
         "hypic-bench compose: {} ({} params), {} x {} tokens + {} suffix = {} tokens, "
         "seam {}, {} threads, median of {}\n",
         opt.model, m.config().ParameterCount(), opt.segments, opt.segment_len, opt.suffix, total,
-        opt.seam, std::thread::hardware_concurrency(), opt.reps);
+        opt.seam, model::ComputeThreads(), opt.reps);
   }
   const Timing peak = SgemmPeakGflops();
 
@@ -276,7 +279,7 @@ int Run(const Options& opt) {
     j["seam"] = opt.seam;
     j["tokens"] = total;
     j["reps"] = opt.reps;
-    j["threads"] = std::thread::hardware_concurrency();
+    j["threads"] = model::ComputeThreads();
     for (const ModeResult& r : results) {
       j["modes"][std::string(model::ComposeModeName(r.mode))] = {
           {"ttft_ms", r.ttft.wall * 1e3},
@@ -349,6 +352,8 @@ const bool kRegistered = RegisterSubcommand(
       sub.add_option("--t-segments", opt->t_segments, "Segments timed for the T overhead")
           ->capture_default_str();
       sub.add_option("--seed", opt->seed, "Token seed")->capture_default_str();
+      sub.add_option("--threads", opt->threads, "Compute threads (OpenBLAS and kernels); 0: all")
+          ->capture_default_str();
       sub.add_flag("--json", opt->json, "Print one JSON object");
       return [opt] { return Run(*opt); };
     });
