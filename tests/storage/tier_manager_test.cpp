@@ -299,22 +299,29 @@ TEST_CASE("filling each tier to twice its capacity never exceeds it") {
   ro.capacity = ssd_cap;
   auto ssd = RocksTier::Open(ro);
   REQUIRE_OK(ssd);
-  auto m = TierManager::Create(o, nullptr, std::make_unique<HostTier>(host_cap), std::move(*ssd));
+  const uint64_t hbm_cap = 3 * EntrySize() + 55;
+  auto hbm = HbmTier::Create(gpu::CpuBackend(), 0, hbm_cap);  // the CPU backend as the device
+  REQUIRE_OK(hbm);
+  o.placement = TierKind::kHbm;
+  auto m = TierManager::Create(o, std::move(*hbm), std::make_unique<HostTier>(host_cap),
+                               std::move(*ssd));
   REQUIRE_OK(m);
   ::hypic::testing::SeededRng rng(5);
   uint64_t put_bytes = 0;
   uint64_t largest = 0;
-  for (uint64_t s = 1; put_bytes < 2 * (host_cap + ssd_cap); ++s) {
+  for (uint64_t s = 1; put_bytes < 2 * (hbm_cap + host_cap + ssd_cap); ++s) {
     auto b = EntryBytes(s, rng.UniformInt(4 << 10, 24 << 10));
     largest = std::max<uint64_t>(largest, b->size());
     put_bytes += b->size();
     CHECK_OK((*m)->Put(b));
-    if (s % 3 == 0) (void)(*m)->Get(KeyOf(s - 1, 0));
+    if (s % 3 == 0) (void)(*m)->Get(KeyOf(s - 1));
     for (const auto& st : (*m)->Stats()) {
       CHECK(st.counters.bytes <= st.counters.capacity);
     }
   }
-  for (const auto& st : (*m)->Stats()) {
+  auto stats = (*m)->Stats();
+  REQUIRE(stats.size() == 3);
+  for (const auto& st : stats) {
     CHECK(st.counters.bytes + largest > st.counters.capacity);  // and it was really full
   }
 }
