@@ -46,7 +46,10 @@ TEST_CASE("full queue answers BUSY at once; waiting tasks run in order") {
   CHECK(Clock::now() - t0 < 100ms);
   CHECK(q.depth() == 3);
   release.set_value();
+  // Stop would cancel tasks still waiting: let the worker drain them first.
+  for (int i = 0; i < 5000 && q.depth() > 0; ++i) std::this_thread::sleep_for(1ms);
   q.Stop();
+  std::lock_guard<std::mutex> lock(order_mu);
   CHECK(order == std::vector<int>{0, 1});
   CHECK(max_depth.load() == 3);
   CHECK(q.depth() == 0);
