@@ -210,6 +210,19 @@ TEST_CASE("jobs land on the workers LPT chooses") {
   for (uint64_t i = 0; i < costs.size(); ++i) CHECK(f.rec.worker[i] == expect.worker[i]);
 }
 
+TEST_CASE("the baselines place jobs as documented; unpriced jobs are priced by the cost model") {
+  Fixture f(2, SchedulerOptions{Policy::kContiguous, 1024});
+  std::vector<PrefillJob> jobs;
+  for (uint64_t i = 0; i < 6; ++i) {
+    jobs.push_back(f.rec.Job(i, 100));
+    jobs.back().cost = 0.0;  // ask the cost model
+  }
+  auto req = f.scheduler.Submit(std::move(jobs), Far());
+  REQUIRE_OK(req);
+  REQUIRE_OK((*req)->Wait());
+  for (uint64_t i = 0; i < 6; ++i) CHECK(f.rec.worker[i] == (i < 3 ? 0 : 1));
+}
+
 TEST_CASE("a full queue answers BUSY at once and changes nothing") {
   Fixture f(1, SchedulerOptions{Policy::kLpt, 2});
   Gate gate;
