@@ -7,7 +7,8 @@
 # cycles, so damage from one kill meets the next.
 # Pass: every reopen succeeds within 5 s and 0 reads return bytes that fail their checksum or
 # differ from what was put. Misses are allowed. Prints the counts: entries written (acknowledged
-# puts), surviving, corrupt reads caught.
+# puts, and the distinct keys they cover), surviving (acknowledged keys still readable; the
+# workload also evicts), corrupt reads caught.
 # Environment: HYPIC_BIN_DIR (where hypic-stress is; default build/bin), HYPIC_CRASH_MIN_MIB,
 # HYPIC_CRASH_MAX_MIB (entry sizes; default 1 and 16), HYPIC_CRASH_SSD_MIB (default 512),
 # HYPIC_CRASH_MAX_MS (longest run before the kill; default 2500), HYPIC_CRASH_WAL (async).
@@ -26,7 +27,7 @@ max_ms=${HYPIC_CRASH_MAX_MS:-2500}
 
 field() { sed -n "s/.*\b$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 
-written=0 surviving=0 caught=0 bad=0 failed=0
+written=0 keys=0 surviving=0 caught=0 bad=0 failed=0
 for ((i = 1; i <= cycles; i++)); do
   "$bin" run "${store[@]}" --threads 2 --ops 0 --seconds 3600 --seed "$i" \
     --ack-log "$dir/ack.log" >"$dir/writer.log" 2>&1 &
@@ -40,7 +41,8 @@ for ((i = 1; i <= cycles; i++)); do
   fi
   [[ -n $out ]] || { echo "cycle $i: the store did not reopen: $(tail -3 "$dir/verify.err")"; failed=1; continue; }
   echo "cycle $i: $out"
-  written=$(field acked "$out")
+  written=$(field acked_puts "$out")
+  keys=$(field acked "$out")
   surviving=$(field surviving "$out")
   caught=$((caught + $(field checksum_failures "$out")))
   bad=$((bad + $(field bad "$out")))
@@ -50,7 +52,7 @@ for ((i = 1; i <= cycles; i++)); do
     failed=1
   fi
 done
-echo "crash-test: cycles=$cycles entries_written=$written surviving=$surviving" \
+echo "crash-test: cycles=$cycles entries_written=$written distinct_keys=$keys surviving=$surviving" \
      "corrupt_reads_caught=$caught bad_reads=$bad"
 if [[ $failed -ne 0 || $bad -ne 0 ]]; then
   echo "crash-test: FAIL (store kept in $dir)"

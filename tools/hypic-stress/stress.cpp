@@ -111,9 +111,9 @@ std::string RunReport::ToString() const {
 
 std::string VerifyReport::ToString() const {
   return fmt::format(
-      "acked={} surviving={} stored={} hits={} bad={} unknown={} checksum_failures={} "
-      "open_ms={:.1f}",
-      acked, surviving, stored, hits, bad, unknown, checksum_failures, open_ms);
+      "acked_puts={} acked={} surviving={} stored={} hits={} bad={} unknown={} "
+      "checksum_failures={} open_ms={:.1f}",
+      acked_puts, acked, surviving, stored, hits, bad, unknown, checksum_failures, open_ms);
 }
 
 Result<std::unique_ptr<storage::TierManager>> OpenStore(const StoreConfig& config) {
@@ -271,6 +271,7 @@ Result<VerifyReport> Verify(const StoreConfig& store, const std::string& ack_log
   Expected expected(store);
   HYPIC_ASSIGN_OR_RETURN(std::vector<uint64_t> log, AckLog::Read(ack_log));
   std::unordered_set<uint64_t> acked(log.begin(), log.end());
+  r.acked_puts = log.size();
   r.acked = acked.size();
   std::vector<storage::EntryListing> listing = m->List();
   r.stored = listing.size();

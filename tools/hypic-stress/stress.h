@@ -45,9 +45,10 @@ struct RunReport {
 };
 
 struct VerifyReport {
-  uint64_t acked = 0;      // distinct seeds in the ack log
-  uint64_t surviving = 0;  // of those, still readable
-  uint64_t stored = 0;     // entries in the reopened index
+  uint64_t acked_puts = 0;  // records in the ack log (every acknowledged put)
+  uint64_t acked = 0;       // distinct seeds in the ack log
+  uint64_t surviving = 0;   // of those, still readable
+  uint64_t stored = 0;      // entries in the reopened index
   uint64_t hits = 0;
   uint64_t bad = 0;      // reads that returned wrong bytes or bytes failing their checksum
   uint64_t unknown = 0;  // stored keys that no seed produces
