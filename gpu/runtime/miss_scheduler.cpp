@@ -16,14 +16,11 @@ double SecondsSince(Clock::time_point t0, Clock::time_point t1) {
 
 // One key being computed. Guarded by MissScheduler::mu_.
 struct MissScheduler::Flight {
-  enum class Phase : uint8_t { kQueued, kRunning, kDone };
+  enum class Phase : uint8_t { kQueued, kRunning };
   PrefillJob job;
   double cost = 0.0;
   size_t worker = 0;
   Phase phase = Phase::kQueued;
-  // Set once the job finished and the transport delivered; requests that join while the
-  // worker is still handing the entry to the store get it at once.
-  EntryPtr delivered;
   double transfer_s = 0.0;
   double cpu_s = 0.0;  // the worker thread's CPU time for the job
   // (request, slot in that request). A request may wait for one key in several slots.
@@ -155,19 +152,14 @@ Result<std::unique_ptr<MissRequest>> MissScheduler::Submit(std::vector<PrefillJo
   }
   state->timings.started = starts.size();
 
-  // Attach every slot to its flight. Slots whose flight is already done fill at once.
+  // Attach every slot to its flight.
   for (size_t i = 0; i < state->entries.size(); ++i) {
     // The job itself may have moved into its flight; its key is a plain value and stays.
     std::shared_ptr<Flight>& flight = flights_.at(keys[i]);
     if (std::find(state->flights.begin(), state->flights.end(), flight) == state->flights.end()) {
       state->flights.push_back(flight);
     }
-    if (flight->phase == Flight::Phase::kDone) {
-      state->entries[i] = flight->delivered;
-      --state->remaining;
-    } else {
-      flight->waiters.emplace_back(state.get(), i);
-    }
+    flight->waiters.emplace_back(state.get(), i);
   }
   state->timings.joined = misses.size() - starts.size();
   stats_.jobs_joined += state->timings.joined;
@@ -222,8 +214,6 @@ void MissScheduler::ExpireWaiters(Flight& flight, Clock::time_point now) {
 
 void MissScheduler::Deliver(Flight& flight, const EntryPtr& entry) {
   const Clock::time_point now = Clock::now();
-  flight.phase = Flight::Phase::kDone;
-  flight.delivered = entry;
   auto waiters = std::move(flight.waiters);
   flight.waiters.clear();
   for (auto& [request, slot] : waiters) {
@@ -267,8 +257,13 @@ void MissScheduler::WorkerLoop(size_t w) {
     Result<EntryPtr> delivered = computed.status();
     if (computed.ok()) {
       cost_model_.Observe(flight->job.n_tokens, SecondsSince(t0, t1));
+      // Store first (a few ms against a prefill's hundreds): when a request's Wait returns,
+      // every entry it computed has been offered to the store. The flight is still in the map,
+      // so a request that misses the key meanwhile joins it instead of computing it again.
+      if (store_) store_(*computed);
+      const Clock::time_point t2 = Clock::now();
       delivered = transport_.Deliver(*computed, static_cast<int>(w));
-      flight->transfer_s = SecondsSince(t1, Clock::now());
+      flight->transfer_s = SecondsSince(t2, Clock::now());
     }
 
     {
@@ -290,18 +285,13 @@ void MissScheduler::WorkerLoop(size_t w) {
             fmt::format("transfer of segment {} from {}", flight->job.key.ToHex(), worker.name()));
         auto waiters = flight->waiters;
         for (auto& [request, slot] : waiters) Complete(*request, failed);
-        // A request that misses the key from now on computes it again.
-        EraseFlight(flight);
       } else {
         Deliver(*flight, *delivered);
       }
+      // From now on a request that misses the key finds it in the store (or computes it again
+      // if the store did not keep it).
+      EraseFlight(flight);
     }
-    // The store gets the worker's entry while the combine already holds its copy. The flight
-    // stays in the map until then, so a request that misses the key meanwhile joins it instead
-    // of computing it again.
-    if (store_) store_(*computed);
-    MutexLock lock(&mu_);
-    EraseFlight(flight);
   }
 }
 

@@ -6,22 +6,23 @@
 //   CostModel's estimates, on top of the work already queued there (LPT by default).
 // - Bounded queue: at most `max_queued_jobs` jobs wait (not yet running) over all workers;
 //   a Submit whose new jobs do not fit returns kBusy at once and changes nothing.
-// - Streamed combine: each worker hands each finished entry at once to the Transport; the
-//   request collects the delivered entries, and Wait returns as soon as the last one arrives,
-//   so the caller (the combine) runs Compose then. The worker passes the entry to the store
-//   callback at the same time.
+// - Streamed combine: each worker hands each finished entry at once to the store callback and
+//   then to the Transport; the request collects the delivered entries, and Wait returns as
+//   soon as the last one arrives, so the caller (the combine) runs Compose then. When Wait
+//   returns OK, every entry computed for the request has been offered to the store.
 // - Deadlines and cancellation: Wait returns kDeadlineExceeded at the request's deadline, and
 //   Cancel (or destroying the request) returns kCancelled; either way the request leaves every
 //   job it waited for, and a queued job that nobody waits for any more is dropped, freeing its
 //   queue slot. A running job is not interrupted; its entry is still stored.
 // - Errors: a failed job fails every request waiting for it with kComputeFailed (the job's
-//   message kept) and is never stored; its other jobs continue for their other waiters.
+//   message kept) and is never stored; its other jobs continue for their other waiters. A
+//   failed transfer fails the waiters with the transport's error; the entry was stored.
 //
 // Ownership: the scheduler borrows the pool, transport and cost model, which must outlive it.
 // A MissRequest must be destroyed before its scheduler. Thread-safety: Submit, Wait, Cancel
 // and stats are safe from any thread; each MissRequest is used by one thread at a time. The
-// store callback runs on worker threads, without locks held, and must not block for long
-// (the server enqueues the insert).
+// store callback runs on worker threads, without locks held, and delays the delivery of that
+// entry: it should take milliseconds, not seconds (or enqueue the insert).
 #pragma once
 
 #include <chrono>
