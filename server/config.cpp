@@ -196,6 +196,10 @@ std::vector<ConfigKey> BuildKeys() {
       U32Key("io_threads", "network threads; 0 = one per core", &ServerConfig::io_threads, 0));
   keys.push_back(U32Key("compute_workers", "threads running PREFILL and COMPOSE",
                         &ServerConfig::compute_workers, 1));
+  keys.push_back(
+      U32Key("prefill_workers",
+             "CPU workers prefilling missed segments in parallel (LPT); 0 = one per core",
+             &ServerConfig::prefill_workers, 0));
   keys.push_back(U32Key("compute_queue",
                         "compute requests waiting beyond the running ones; more get BUSY at once",
                         &ServerConfig::compute_queue, 1));

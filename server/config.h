@@ -60,7 +60,8 @@ struct ServerConfig {
 
   // Threads and queues.
   uint32_t io_threads = 0;       // 0 = hardware concurrency
-  uint32_t compute_workers = 1;  // threads running PREFILL / COMPOSE
+  uint32_t compute_workers = 1;  // threads running PREFILL / COMPOSE requests (the combine)
+  uint32_t prefill_workers = 0;  // CPU workers prefilling misses in parallel; 0 = one per core
   uint32_t compute_queue = 64;   // queued compute requests beyond which BUSY is answered
 
   // Limits.

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/logging.h"
+#include "gpu/runtime/model_jobs.h"
 #include "storage/entry_format.h"
 
 namespace hypic::server {
@@ -80,13 +81,14 @@ Result<protocol::Bytes> StateStream(const model::ModelConfig& c, const model::Mo
 
 Handlers::Handlers(const ServerConfig& config, Metrics& metrics, ComputeQueue& compute,
                    ServerControl control, storage::TierManager& store,
-                   std::shared_ptr<const model::Model> model)
+                   std::shared_ptr<const model::Model> model, runtime::MissScheduler* scheduler)
     : config_(config),
       metrics_(metrics),
       compute_(compute),
       control_(std::move(control)),
       store_(store),
       model_(std::move(model)),
+      scheduler_(scheduler),
       started_(Clock::now()) {}
 
 Handlers::~Handlers() = default;
@@ -418,57 +420,9 @@ Result<Handlers::EntryPtr> Handlers::Lookup(const SegmentKey& key, protocol::Tie
   return entry;
 }
 
-Result<Handlers::EntryPtr> Handlers::Obtain(const SegmentKey& key, std::span<const uint32_t> tokens,
-                                            const std::string& name_space, uint32_t seam_w,
-                                            bool* hit, protocol::Tier* tier) {
-  HYPIC_ASSIGN_OR_RETURN(EntryPtr found, Lookup(key, tier));
-  if (found) {
-    *hit = true;
-    return found;
-  }
-  *hit = false;
-  std::promise<Result<EntryPtr>> promise;
-  std::shared_future<Result<EntryPtr>> future;
-  bool leader = false;
-  {
-    MutexLock lock(&flights_mu_);
-    auto it = flights_.find(key);
-    if (it == flights_.end()) {
-      future = promise.get_future().share();
-      flights_.emplace(key, future);
-      leader = true;
-    } else {
-      future = it->second;
-    }
-  }
-  auto stored_tier = [&] {
-    auto probe = store_.Probe(std::span<const SegmentKey>(&key, 1), /*pin_hits=*/false);
-    return probe.tiers[0] ? WireTier(*probe.tiers[0]) : protocol::Tier::kNone;
-  };
-  if (!leader) {
-    Result<EntryPtr> r = future.get();
-    *tier = stored_tier();
-    return r;
-  }
-  Result<EntryPtr> result = [&]() -> Result<EntryPtr> {
-    model::SegmentOptions options;
-    options.seam_w = seam_w;
-    options.name_space = name_space;
-    auto entry = model_->SegmentPrefill(tokens, options);
-    if (!entry.ok()) return entry.status().WithContext("segment prefill");
-    HYPIC_ASSIGN_OR_RETURN(auto bytes, storage::Serialize(**entry));
-    // A full store is not fatal for the request: the entry is still used for this prompt.
-    Status st = store_.Put(bytes);
-    if (!st.ok()) HYPIC_LOG_WARN("storing entry {}: {}", key.ToHex(), st.ToString());
-    return EntryPtr(std::move(entry).value());
-  }();
-  promise.set_value(result);
-  {
-    MutexLock lock(&flights_mu_);
-    flights_.erase(key);
-  }
-  *tier = stored_tier();
-  return result;
+protocol::Tier Handlers::StoredTier(const SegmentKey& key) {
+  auto probe = store_.Probe(std::span<const SegmentKey>(&key, 1), /*pin_hits=*/false);
+  return probe.tiers[0] ? WireTier(*probe.tiers[0]) : protocol::Tier::kNone;
 }
 
 Result<protocol::Bytes> Handlers::Prefill(const Request& req) {
@@ -476,21 +430,52 @@ Result<protocol::Bytes> Handlers::Prefill(const Request& req) {
   HYPIC_ASSIGN_OR_RETURN(protocol::PrefillRequest in,
                          protocol::Decode<protocol::PrefillRequest>(req.Body()));
   uint32_t seam = SeamOf(in.seam_w);
+  model::SegmentOptions options;
+  options.seam_w = seam;
+  options.name_space = in.name_space;
   protocol::PrefillReply out;
-  for (const auto& tokens : in.segments) {
-    HYPIC_RETURN_IF_ERROR(CheckDeadline(req));
-    SegmentKey key = KeyOf(in.name_space, seam, tokens);
-    bool hit = false;
-    protocol::PrefillResult r;
-    HYPIC_ASSIGN_OR_RETURN(EntryPtr entry, Obtain(key, tokens, in.name_space, seam, &hit, &r.tier));
+  out.results.resize(in.segments.size());
+  std::vector<EntryPtr> entries(in.segments.size());
+  // Hits from the store; the misses go to the scheduler together, so they are computed in
+  // parallel over the workers (LPT), once per key even across concurrent requests.
+  std::vector<runtime::PrefillJob> jobs;
+  std::vector<size_t> job_index;
+  for (size_t i = 0; i < in.segments.size(); ++i) {
+    SegmentKey key = KeyOf(in.name_space, seam, in.segments[i]);
+    protocol::PrefillResult& r = out.results[i];
     r.key = key.hash();
-    r.was_cached = hit;
-    r.n_tokens = static_cast<uint32_t>(tokens.size());
-    HYPIC_ASSIGN_OR_RETURN(auto info, storage::InfoOf(*entry));
-    r.bytes = info.bytes;
-    out.results.push_back(r);
+    r.n_tokens = static_cast<uint32_t>(in.segments[i].size());
+    HYPIC_ASSIGN_OR_RETURN(entries[i], Lookup(key, &r.tier));
+    r.was_cached = entries[i] != nullptr;
+    if (!entries[i]) {
+      jobs.push_back(runtime::MakeSegmentJob(model_, in.segments[i], options));
+      job_index.push_back(i);
+    }
   }
-  out.timings.prefill_us = out.timings.total_us = Micros(Clock::now() - start);
+  auto probe_done = Clock::now();
+  if (!jobs.empty()) {
+    HYPIC_ASSIGN_OR_RETURN(auto pending, scheduler_->Submit(std::move(jobs), req.deadline));
+    HYPIC_ASSIGN_OR_RETURN(std::vector<EntryPtr> computed, pending->Wait());
+    for (size_t j = 0; j < computed.size(); ++j) {
+      entries[job_index[j]] = computed[j];
+      // The scheduler stores entries from its workers, possibly just after Wait returns;
+      // PREFILL promises they are stored when it answers (a second Put is a no-op).
+      if (StoredTier(computed[j]->key()) == protocol::Tier::kNone) {
+        HYPIC_ASSIGN_OR_RETURN(auto bytes, storage::Serialize(*computed[j]));
+        Status st = store_.Put(bytes);
+        if (!st.ok()) return st.WithContext("storing a prefilled entry");
+      }
+    }
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    protocol::PrefillResult& r = out.results[i];
+    HYPIC_ASSIGN_OR_RETURN(auto info, storage::InfoOf(*entries[i]));
+    r.bytes = info.bytes;
+    if (!r.was_cached) r.tier = StoredTier(SegmentKey(r.key));
+  }
+  out.timings.probe_us = Micros(probe_done - start);
+  out.timings.prefill_us = Micros(Clock::now() - probe_done);
+  out.timings.total_us = Micros(Clock::now() - start);
   return protocol::Encode(out);
 }
 
@@ -542,12 +527,11 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
       mp.tokens = p.tokens;
       SegmentKey key = KeyOf(in.name_space, seam, p.tokens);
       pr.key = key.hash();
-      if (cached_mode) {
-        bool hit = false;
-        HYPIC_ASSIGN_OR_RETURN(mp.entry,
-                               Obtain(key, p.tokens, in.name_space, seam, &hit, &pr.tier));
-        pr.outcome = hit ? protocol::PartOutcome::kHit : protocol::PartOutcome::kMiss;
-        (hit ? probe_us : prefill_us) += Micros(Clock::now() - t0);
+      if (cached_mode && p.tokens.size() > seam) {
+        // A miss stays without an entry: ColdCompose scatters the misses to the workers.
+        HYPIC_ASSIGN_OR_RETURN(mp.entry, Lookup(key, &pr.tier));
+        pr.outcome = mp.entry ? protocol::PartOutcome::kHit : protocol::PartOutcome::kMiss;
+        probe_us += Micros(Clock::now() - t0);
       } else {
         pr.outcome = protocol::PartOutcome::kLive;
       }
@@ -570,13 +554,37 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
   options.mode = mode;
   options.seam_w = seam;
   options.want_state = in.return_state;
-  auto composed = model_->Compose(parts, options);
+  Result<model::ComposeResult> composed = Internal("unset");
+  if (cached_mode) {
+    // Misses are prefilled on the workers (single flight, LPT), each entry streamed to this
+    // thread and stored as it completes; the combine (Compose) runs when the last arrives.
+    model::SegmentOptions segment_options;
+    segment_options.seam_w = seam;
+    segment_options.name_space = in.name_space;
+    runtime::ColdComposeReport report;
+    composed = runtime::ColdCompose(*scheduler_, model_, std::move(parts), options, segment_options,
+                                    req.deadline, &report);
+    prefill_us += static_cast<uint64_t>(report.miss.last_arrival_s * 1e6);
+    out.timings.transfer_us = static_cast<uint64_t>(report.miss.transfer_s * 1e6);
+    out.timings.compose_us = static_cast<uint64_t>(report.compose_s * 1e6);
+  } else {
+    composed = model_->Compose(parts, options);
+    out.timings.compose_us = Micros(Clock::now() - t0);
+  }
   if (!composed.ok()) {
     StatusCode code = composed.status().code();
-    if (code == StatusCode::kBadRequest) return composed.status();
+    if (code == StatusCode::kBadRequest || code == StatusCode::kBusy ||
+        code == StatusCode::kDeadlineExceeded || code == StatusCode::kShuttingDown ||
+        code == StatusCode::kCancelled) {
+      return composed.status();
+    }
     return ComputeFailed(composed.status().ToString());
   }
-  out.timings.compose_us = Micros(Clock::now() - t0);
+  for (size_t i = 0; i < out.parts.size(); ++i) {
+    if (out.parts[i].outcome == protocol::PartOutcome::kMiss) {
+      out.parts[i].tier = StoredTier(SegmentKey(out.parts[i].key));
+    }
+  }
   metrics_.ObserveTtft(std::chrono::duration<double>(Clock::now() - req.received).count());
 
   const std::vector<float>& logits = composed->logits;
@@ -588,7 +596,7 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
   });
   for (uint32_t i = 0; i < k; ++i) out.top.push_back({order[i], logits[order[i]]});
   out.n_tokens = 0;
-  for (const auto& p : parts) out.n_tokens += static_cast<uint32_t>(p.tokens.size());
+  for (const auto& p : out.parts) out.n_tokens += p.n_tokens;
   if (in.return_state) {
     HYPIC_ASSIGN_OR_RETURN(out.state, StateStream(model_->config(), composed->state));
     out.has_state = true;

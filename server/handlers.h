@@ -2,8 +2,9 @@
 // Handlers own the meaning of the operations:
 //   HELLO (the server's part; protocol::ServerSession checks versions and tokens), PING;
 //   HAS, GET, PUT, DEL -> the tiered store (storage::TierManager);
-//   PREFILL, COMPOSE   -> the compute queue, then the model (misses are prefilled once per key
-//                         even when several requests miss it together, and stored);
+//   PREFILL, COMPOSE   -> the compute queue, then the model; misses go to runtime::MissScheduler
+//                         (single flight per key, LPT over the prefill workers, each entry
+//                         stored as it completes) and COMPOSE combines them (ColdCompose);
 //   STATS, EVICT, PIN, UNPIN, FLUSH, CONFIG, SHUTDOWN, LIST, VERIFY (admin only).
 //
 // Cheap operations answer inline on the calling (session) thread; compute operations are
@@ -14,7 +15,6 @@
 
 #include <chrono>
 #include <functional>
-#include <future>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -24,6 +24,7 @@
 #include "core/status.h"
 #include "core/thread_annotations.h"
 #include "gpu/model/model.h"
+#include "gpu/runtime/miss_scheduler.h"
 #include "protocol/decoder.h"
 #include "protocol/messages.h"
 #include "server/compute_queue.h"
@@ -44,10 +45,11 @@ class Handlers {
  public:
   using Done = std::function<void(Reply)>;
 
-  // `model` may be null (no compute). The store and the model must outlive the handlers.
+  // `model` and `scheduler` are null together (no compute). The store and the scheduler must
+  // outlive the handlers.
   Handlers(const ServerConfig& config, Metrics& metrics, ComputeQueue& compute,
            ServerControl control, storage::TierManager& store,
-           std::shared_ptr<const model::Model> model);
+           std::shared_ptr<const model::Model> model, runtime::MissScheduler* scheduler);
   ~Handlers();
 
   // The server's part of every HELLO reply (version string, features, model, limits); the
@@ -88,11 +90,8 @@ class Handlers {
                    std::span<const uint32_t> tokens) const;
   // The stored entry of `key` (parsed and verified), or nullptr on a miss; `tier` gets where.
   Result<EntryPtr> Lookup(const SegmentKey& key, protocol::Tier* tier);
-  // The entry of a segment: from the store, or prefilled (once per key across concurrent
-  // requests) and stored. `hit` and `tier` describe what happened.
-  Result<EntryPtr> Obtain(const SegmentKey& key, std::span<const uint32_t> tokens,
-                          const std::string& name_space, uint32_t seam_w, bool* hit,
-                          protocol::Tier* tier);
+  // Where `key` is stored now (kNone when it is not).
+  protocol::Tier StoredTier(const SegmentKey& key);
 
   const ServerConfig& config_;
   Metrics& metrics_;
@@ -100,6 +99,7 @@ class Handlers {
   ServerControl control_;
   storage::TierManager& store_;
   const std::shared_ptr<const model::Model> model_;
+  runtime::MissScheduler* const scheduler_;
   const Clock::time_point started_;
 
   // GET replies' body checksums: entries are immutable, so the checksum of (bytes, tier byte,
@@ -125,12 +125,6 @@ class Handlers {
                        protocol::ByteSpan body, protocol::ChecksumKind kind, uint8_t tier);
   Mutex sums_mu_;
   std::unordered_map<SumKey, SumValue, SumKeyHash> sums_ GUARDED_BY(sums_mu_);
-
-  // Single flight: the prefill of a key that another request is already computing is awaited,
-  // not repeated (RELIABILITY row 10).
-  Mutex flights_mu_;
-  std::unordered_map<SegmentKey, std::shared_future<Result<EntryPtr>>, SegmentKeyHasher> flights_
-      GUARDED_BY(flights_mu_);
 };
 
 }  // namespace hypic::server

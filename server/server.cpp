@@ -12,7 +12,9 @@
 #include <fstream>
 
 #include "core/logging.h"
+#include "gpu/runtime/model_jobs.h"
 #include "server/session.h"
+#include "storage/entry_format.h"
 #include "storage/hbm_tier.h"
 #include "storage/host_tier.h"
 #include "storage/rocks_tier.h"
@@ -97,6 +99,24 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
     auto model = model::LoadModel(c.model, c.ModelCacheDir());
     if (!model.ok()) return model.status().WithContext("config key 'model' (" + c.model + ")");
     s->model_ = std::move(model).value();
+    runtime::PoolOptions po;
+    po.kind = gpu::BackendKind::kCpu;
+    po.cpu_workers = static_cast<int>(c.prefill_workers);
+    auto pool = runtime::WorkerPool::Create(po);
+    if (!pool.ok()) return pool.status().WithContext("config key 'prefill_workers'");
+    s->pool_ = std::move(pool).value();
+    s->transport_ = std::make_unique<runtime::HostTransport>();
+    // The prior assumes 50 GFLOP/s per worker; measured prefills refine it.
+    s->cost_ = std::make_unique<runtime::CostModel>(
+        runtime::CostModel::PriorFromShape(runtime::CostShapeOf(s->model_->config()), 5e10));
+    storage::TierManager* tiers = s->store_.get();
+    s->scheduler_ = std::make_unique<runtime::MissScheduler>(
+        *s->pool_, *s->transport_, *s->cost_, [tiers](const runtime::EntryPtr& entry) {
+          // Stored as soon as a worker finishes it; a full store only costs a later miss.
+          auto bytes = storage::Serialize(*entry);
+          Status st = bytes.ok() ? tiers->Put(*bytes) : bytes.status();
+          if (!st.ok()) HYPIC_LOG_WARN("storing entry {}: {}", entry->key().ToHex(), st.ToString());
+        });
     HYPIC_LOG_INFO("model {} loaded in {:.1f} s (fingerprint {})", c.model,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                    s->model_->fingerprint().ToHex());
@@ -125,8 +145,9 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
   Server* self = s.get();
   ServerControl control{[self](const std::string& reason) { self->RequestShutdown(reason); },
                         [self] { return self->connection_count(); }};
-  s->handlers_ = std::make_unique<Handlers>(s->config_, *s->metrics_, *s->compute_,
-                                            std::move(control), *s->store_, s->model_);
+  s->handlers_ =
+      std::make_unique<Handlers>(s->config_, *s->metrics_, *s->compute_, std::move(control),
+                                 *s->store_, s->model_, s->scheduler_.get());
   return s;
 }
 

@@ -25,6 +25,10 @@
 #include <vector>
 
 #include "core/thread_annotations.h"
+#include "gpu/runtime/cost_model.h"
+#include "gpu/runtime/miss_scheduler.h"
+#include "gpu/runtime/transport.h"
+#include "gpu/runtime/worker.h"
 #include "server/compute_queue.h"
 #include "server/config.h"
 #include "server/handlers.h"
@@ -74,6 +78,12 @@ class Server {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<storage::TierManager> store_;
   std::shared_ptr<const model::Model> model_;
+  // The miss path (with a model): CPU workers, the host transport, the cost model and the
+  // scheduler that owns the worker threads (destroyed, and joined, before the store).
+  std::unique_ptr<runtime::WorkerPool> pool_;
+  std::unique_ptr<runtime::HostTransport> transport_;
+  std::unique_ptr<runtime::CostModel> cost_;
+  std::unique_ptr<runtime::MissScheduler> scheduler_;
   std::unique_ptr<ComputeQueue> compute_;
   std::unique_ptr<Handlers> handlers_;
   boost::asio::io_context io_;
