@@ -458,8 +458,8 @@ Result<protocol::Bytes> Handlers::Prefill(const Request& req) {
     HYPIC_ASSIGN_OR_RETURN(std::vector<EntryPtr> computed, pending->Wait());
     for (size_t j = 0; j < computed.size(); ++j) {
       entries[job_index[j]] = computed[j];
-      // The scheduler stores entries from its workers, possibly just after Wait returns;
-      // PREFILL promises they are stored when it answers (a second Put is a no-op).
+      // The scheduler offers each entry to the store; PREFILL promises it is stored when it
+      // answers, so an entry the store did not take is put again and a failure reported.
       if (StoredTier(computed[j]->key()) == protocol::Tier::kNone) {
         HYPIC_ASSIGN_OR_RETURN(auto bytes, storage::Serialize(*computed[j]));
         Status st = store_.Put(bytes);
