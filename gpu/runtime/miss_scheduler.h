@@ -58,7 +58,8 @@ using StoreCallback = std::function<void(const EntryPtr&)>;
 struct SchedulerStats {
   uint64_t prefills_ok = 0;
   uint64_t prefills_failed = 0;
-  uint64_t jobs_joined = 0;   // misses served by a job another request started
+  uint64_t jobs_joined = 0;   // misses served by a job already queued or running (or by an
+                              // earlier slot of the same request with the same key)
   uint64_t jobs_dropped = 0;  // queued jobs dropped because no request wanted them any more
   uint64_t busy_rejections = 0;
   size_t queued = 0;  // jobs waiting now
