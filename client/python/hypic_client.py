@@ -9,7 +9,7 @@ many requests in flight on one connection, matched by request_id.
     from hypic_client import Client, PartKind, ComposePart
     with Client.connect("127.0.0.1:7411", token="...") as c:
         tiers = c.has([key1, key2])
-        reply = c.compose([ComposePart.raw(prefix), ComposePart.tokens(doc1)], top_k=5)
+        reply = c.compose([ComposePart.raw(prefix), ComposePart.segment(doc1)], top_k=5)
         # pipelined:
         pending = [c.submit_get(k) for k in keys]
         entries = [p.result() for p in pending]
