@@ -65,6 +65,17 @@ TEST_CASE("the small preset is exactly TARGETS.md's anchor-small") {
   CHECK(c->shared_expert_intermediate_size == 512);
   CHECK(c->ParameterCount() == 97637600);  // "97.6M parameters"
   CHECK_FALSE(PresetConfig("huge").ok());
+  for (const char* preset : {"tiny", "small", "bench"}) {
+    for (MlpKind mlp : {MlpKind::kMoe, MlpKind::kDense}) {
+      auto p = PresetConfig(preset, WeightFormat::kQwen35, mlp);
+      REQUIRE_OK(p);
+      CHECK(p->mlp_kinds[0] == mlp);
+      auto back = ParseModelConfig(ModelConfigToJson(*p));  // the written config.json parses
+      REQUIRE_OK(back);
+      CHECK(back->Canonical() == p->Canonical());
+    }
+  }
+  CHECK(PresetConfig("bench")->ParameterCount() > c->ParameterCount());
 }
 
 TEST_CASE("config.json: both layouts parse to the same config, and round-trip") {
