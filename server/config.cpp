@@ -192,6 +192,10 @@ std::vector<ConfigKey> BuildKeys() {
   keys.push_back(CapacityKey(
       "hbm_capacity", "GPU HBM tier bytes; auto = 80% of free device memory (0 without CUDA)",
       &ServerConfig::hbm_capacity));
+  keys.push_back(CapacityKey(
+      "prefix_cache_capacity",
+      "COMPOSE mode prefix checkpoint bytes; auto = min(4GiB, 25% of the RAM tier); 0 disables",
+      &ServerConfig::prefix_cache_capacity));
   keys.push_back(
       U32Key("io_threads", "network threads; 0 = one per core", &ServerConfig::io_threads, 0));
   keys.push_back(U32Key("compute_workers", "threads running PREFILL and COMPOSE",
@@ -571,6 +575,8 @@ Status ResolveMachineDefaults(ServerConfig& c) {
     }
     c.hbm_capacity = hbm;
   }
+  if (!c.prefix_cache_capacity)
+    c.prefix_cache_capacity = std::min<uint64_t>(*c.ram_capacity / 4, uint64_t{4} << 30);
   return Status::Ok();
 }
 

@@ -57,6 +57,8 @@ struct ServerConfig {
   std::optional<uint64_t> ram_capacity;  // bytes; nullopt = "auto" until resolved
   std::optional<uint64_t> ssd_capacity;
   std::optional<uint64_t> hbm_capacity;
+  // COMPOSE mode `prefix` checkpoints; nullopt = "auto" until resolved; 0 disables the mode.
+  std::optional<uint64_t> prefix_cache_capacity;
 
   // Threads and queues.
   uint32_t io_threads = 0;       // 0 = hardware concurrency
@@ -111,7 +113,8 @@ std::string ConfigHelp();
 
 // Sizes "auto" tier capacities from the machine: RAM tier 25% of physical memory, SSD tier
 // min(50 GiB, 50% of the data dir's free space), HBM tier 80% of free device memory when a
-// CUDA device is present (else 0). Also resolves the unix socket path.
+// CUDA device is present (else 0), prefix cache min(4 GiB, 25% of the RAM tier). Also resolves
+// the unix socket path.
 Status ResolveMachineDefaults(ServerConfig& config);
 
 // The effective configuration as `key = value` TOML lines, secrets masked (CONFIG, --check-config).

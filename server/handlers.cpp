@@ -81,7 +81,8 @@ Result<protocol::Bytes> StateStream(const model::ModelConfig& c, const model::Mo
 
 Handlers::Handlers(const ServerConfig& config, Metrics& metrics, ComputeQueue& compute,
                    ServerControl control, storage::TierManager& store,
-                   std::shared_ptr<const model::Model> model, runtime::MissScheduler* scheduler)
+                   std::shared_ptr<const model::Model> model, runtime::MissScheduler* scheduler,
+                   model::PrefixCache* prefix_cache)
     : config_(config),
       metrics_(metrics),
       compute_(compute),
@@ -89,6 +90,7 @@ Handlers::Handlers(const ServerConfig& config, Metrics& metrics, ComputeQueue& c
       store_(store),
       model_(std::move(model)),
       scheduler_(scheduler),
+      prefix_cache_(prefix_cache),
       started_(Clock::now()) {}
 
 Handlers::~Handlers() = default;
@@ -364,6 +366,17 @@ Reply Handlers::Stats(const Request& req) const {
                      {"degraded", c.degraded}});
   }
   j["tiers"] = std::move(tiers);
+  if (prefix_cache_) {
+    model::PrefixCacheStats p = prefix_cache_->Stats();
+    j["prefix_cache"] = {{"nodes", p.nodes},
+                         {"bytes", p.bytes},
+                         {"capacity", p.capacity_bytes},
+                         {"runs", p.runs},
+                         {"reused_parts", p.reused_parts},
+                         {"reused_tokens", p.reused_tokens},
+                         {"computed_tokens", p.computed_tokens},
+                         {"evictions", p.evictions}};
+  }
   return Reply::Ok(req, JsonBytes(j));
 }
 
@@ -483,12 +496,20 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
   auto start = Clock::now();
   HYPIC_ASSIGN_OR_RETURN(protocol::ComposeRequest in,
                          protocol::Decode<protocol::ComposeRequest>(req.Body()));
-  if (in.mode == protocol::ComposeMode::kPrefix) {
-    return Unsupported("COMPOSE mode prefix is a benchmark baseline (hypic-bench), not served");
+  bool prefix_mode = in.mode == protocol::ComposeMode::kPrefix;
+  if (prefix_mode && !prefix_cache_) {
+    return Unsupported(
+        "COMPOSE mode prefix is disabled on this daemon (prefix_cache_capacity = 0)");
+  }
+  if (prefix_mode && in.return_state) {
+    return BadRequest(
+        "COMPOSE mode prefix does not return the state; use mode full for the exact state");
   }
   if (in.parts.empty()) return BadRequest("COMPOSE without parts");
   uint32_t seam = SeamOf(in.seam_w);
-  auto mode = static_cast<model::ComposeMode>(static_cast<uint8_t>(in.mode));
+  // The prefix mode resolves parts as the full recompute does (tokens only, no entries).
+  auto mode = prefix_mode ? model::ComposeMode::kFull
+                          : static_cast<model::ComposeMode>(static_cast<uint8_t>(in.mode));
   bool cached_mode = mode == model::ComposeMode::kHypic || mode == model::ComposeMode::kNaive;
 
   protocol::ComposeReply out;
@@ -555,7 +576,10 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
   options.seam_w = seam;
   options.want_state = in.return_state;
   Result<model::ComposeResult> composed = Internal("unset");
-  if (cached_mode) {
+  if (prefix_mode) {
+    composed = ComposePrefix(in.name_space, parts, out);
+    out.timings.compose_us = Micros(Clock::now() - t0);
+  } else if (cached_mode) {
     // Misses are prefilled on the workers (single flight, LPT), each entry streamed to this
     // thread and stored as it completes; the combine (Compose) runs when the last arrives.
     model::SegmentOptions segment_options;
@@ -581,7 +605,7 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
     return ComputeFailed(composed.status().ToString());
   }
   for (size_t i = 0; i < out.parts.size(); ++i) {
-    if (out.parts[i].outcome == protocol::PartOutcome::kMiss) {
+    if (cached_mode && out.parts[i].outcome == protocol::PartOutcome::kMiss) {
       out.parts[i].tier = StoredTier(SegmentKey(out.parts[i].key));
     }
   }
@@ -605,6 +629,30 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
   out.timings.prefill_us = prefill_us;
   out.timings.total_us = Micros(Clock::now() - start);
   return protocol::Encode(out);
+}
+
+Result<model::ComposeResult> Handlers::ComposePrefix(const std::string& name_space,
+                                                     std::span<const model::ComposePart> parts,
+                                                     protocol::ComposeReply& out) {
+  HYPIC_ASSIGN_OR_RETURN(model::PrefixRunResult run, prefix_cache_->Run(name_space, parts));
+  // The checkpoints live in host RAM: restored parts are host hits whatever they were named
+  // by; the rest ran through the model (segments as misses, never stored in the tiers).
+  for (size_t i = 0; i < out.parts.size(); ++i) {
+    protocol::PartResult& pr = out.parts[i];
+    bool raw = parts[i].kind == model::ComposePart::Kind::kRaw;
+    if (i < run.reused_parts) {
+      pr.outcome = protocol::PartOutcome::kHit;
+      pr.tier = protocol::Tier::kHost;
+    } else {
+      pr.outcome = raw ? protocol::PartOutcome::kLive : protocol::PartOutcome::kMiss;
+      pr.tier = protocol::Tier::kNone;
+    }
+  }
+  model::ComposeResult result;
+  result.logits = std::move(run.logits);
+  result.live_tokens = run.computed_tokens;
+  result.cached_tokens = run.reused_tokens;
+  return result;
 }
 
 }  // namespace hypic::server

@@ -10,7 +10,9 @@
 // Cheap operations answer inline on the calling (session) thread; compute operations are
 // queued (BUSY at once when the queue is full) and answer from a compute worker. Either way
 // `done` is called exactly once. Without a model (model = "none") PREFILL and COMPOSE answer
-// UNSUPPORTED. Thread-safe: one Handlers serves every session concurrently.
+// UNSUPPORTED. COMPOSE mode `prefix` runs the daemon-wide model::PrefixCache (exact reuse
+// behind identical leading parts); without one (prefix_cache_capacity = 0) it is UNSUPPORTED.
+// Thread-safe: one Handlers serves every session concurrently.
 #pragma once
 
 #include <chrono>
@@ -24,6 +26,7 @@
 #include "core/status.h"
 #include "core/thread_annotations.h"
 #include "gpu/model/model.h"
+#include "gpu/model/prefix_cache.h"
 #include "gpu/runtime/miss_scheduler.h"
 #include "protocol/decoder.h"
 #include "protocol/messages.h"
@@ -45,11 +48,13 @@ class Handlers {
  public:
   using Done = std::function<void(Reply)>;
 
-  // `model` and `scheduler` are null together (no compute). The store and the scheduler must
-  // outlive the handlers.
+  // `model` and `scheduler` are null together (no compute); `prefix_cache` is null without a
+  // model or when the prefix mode is disabled. The store, the scheduler and the prefix cache
+  // must outlive the handlers.
   Handlers(const ServerConfig& config, Metrics& metrics, ComputeQueue& compute,
            ServerControl control, storage::TierManager& store,
-           std::shared_ptr<const model::Model> model, runtime::MissScheduler* scheduler);
+           std::shared_ptr<const model::Model> model, runtime::MissScheduler* scheduler,
+           model::PrefixCache* prefix_cache);
   ~Handlers();
 
   // The server's part of every HELLO reply (version string, features, model, limits); the
@@ -84,6 +89,11 @@ class Handlers {
   void Compute(Request req, Done done);
   Result<protocol::Bytes> Prefill(const Request& req);
   Result<protocol::Bytes> Compose(const Request& req);
+  // COMPOSE mode prefix once the parts are resolved to tokens: runs the prefix cache and
+  // marks the reused leading parts as host hits, the rest as misses (segments) or live (raw).
+  Result<model::ComposeResult> ComposePrefix(const std::string& name_space,
+                                             std::span<const model::ComposePart> parts,
+                                             protocol::ComposeReply& out);
 
   uint32_t SeamOf(uint32_t requested) const;
   SegmentKey KeyOf(const std::string& name_space, uint32_t seam_w,
@@ -100,6 +110,7 @@ class Handlers {
   storage::TierManager& store_;
   const std::shared_ptr<const model::Model> model_;
   runtime::MissScheduler* const scheduler_;
+  model::PrefixCache* const prefix_cache_;
   const Clock::time_point started_;
 
   // GET replies' body checksums: entries are immutable, so the checksum of (bytes, tier byte,

@@ -117,6 +117,11 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
           Status st = bytes.ok() ? tiers->Put(*bytes) : bytes.status();
           if (!st.ok()) HYPIC_LOG_WARN("storing entry {}: {}", entry->key().ToHex(), st.ToString());
         });
+    if (uint64_t bytes = c.prefix_cache_capacity.value_or(0); bytes > 0) {
+      model::PrefixCacheOptions pco;
+      pco.capacity_bytes = bytes;
+      s->prefix_cache_ = std::make_unique<model::PrefixCache>(s->model_, pco);
+    }
     HYPIC_LOG_INFO("model {} loaded in {:.1f} s (fingerprint {})", c.model,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                    s->model_->fingerprint().ToHex());
@@ -145,9 +150,9 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
   Server* self = s.get();
   ServerControl control{[self](const std::string& reason) { self->RequestShutdown(reason); },
                         [self] { return self->connection_count(); }};
-  s->handlers_ =
-      std::make_unique<Handlers>(s->config_, *s->metrics_, *s->compute_, std::move(control),
-                                 *s->store_, s->model_, s->scheduler_.get());
+  s->handlers_ = std::make_unique<Handlers>(s->config_, *s->metrics_, *s->compute_,
+                                            std::move(control), *s->store_, s->model_,
+                                            s->scheduler_.get(), s->prefix_cache_.get());
   return s;
 }
 

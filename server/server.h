@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/thread_annotations.h"
+#include "gpu/model/prefix_cache.h"
 #include "gpu/runtime/cost_model.h"
 #include "gpu/runtime/miss_scheduler.h"
 #include "gpu/runtime/transport.h"
@@ -84,6 +85,8 @@ class Server {
   std::unique_ptr<runtime::HostTransport> transport_;
   std::unique_ptr<runtime::CostModel> cost_;
   std::unique_ptr<runtime::MissScheduler> scheduler_;
+  // COMPOSE mode `prefix` (with a model and prefix_cache_capacity > 0).
+  std::unique_ptr<model::PrefixCache> prefix_cache_;
   std::unique_ptr<ComputeQueue> compute_;
   std::unique_ptr<Handlers> handlers_;
   boost::asio::io_context io_;
