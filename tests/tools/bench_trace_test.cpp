@@ -1,7 +1,7 @@
 // `hypic-bench trace` end to end on a tiny trace against a live hypicd (builtin:tiny): every mode
-// runs, the JSON report holds each mode's facts (no cache hits without a cache, segment hits
-// for the PIC modes, prefix reuse only behind identical prefixes), and the CSV and plot files
-// are written.
+// runs (corpus prewarmed, then a warm-up), the JSON report holds each mode's facts (no cache hits
+// without a cache, segment hits for the PIC modes, prefix reuse only behind identical prefixes),
+// and the CSV and plot files are written.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <sys/wait.h>
@@ -33,7 +33,7 @@ TEST_CASE("hypic-bench trace: four modes side by side on a live daemon") {
       "{}/hypic-bench trace --port {} --model builtin:tiny --model-cache-dir {}/../e2e-models "
       "--vocab 256 --docs 12 --doc-len-median 40 --doc-len-min 16 --doc-len-max 64 "
       "--docs-min 2 --docs-max 4 --query-min 4 --query-max 8 --zipf 1.2 --requests 16 "
-      "--warmup 6 --qps 20 --workers 2 --seed 3 --json --out {} > {}",
+      "--warmup 3 --prewarm --qps 20 --workers 2 --seed 3 --json --out {} > {}",
       bin_dir, (*daemon)->port(), bin_dir, out_dir.string(), json_path.string());
   const int rc = std::system(cmd.c_str());
   REQUIRE(WIFEXITED(rc));
@@ -49,7 +49,7 @@ TEST_CASE("hypic-bench trace: four modes side by side on a live daemon") {
   for (const auto& m : j["modes"]) modes[m["mode"]] = m;
   for (const auto& [name, m] : modes) {
     CAPTURE(name);
-    CHECK(m["requests"] == 10);  // 16 minus 6 warm-up
+    CHECK(m["requests"] == 13);  // 16 minus 3 warm-up
     CHECK(m["failed"] == 0);
     CHECK(m["ttft_s"]["p50"].get<double>() > 0);
     CHECK(m["prompt_tokens"].get<uint64_t>() > 0);

@@ -6,26 +6,24 @@
 //           concurrency is capped at the daemon's compute workers so it gets no more compute
 //   naive   COMPOSE mode naive on hypicd (PIC, states added without T)
 //   hypic   COMPOSE mode hypic on hypicd
-// Per mode: the first --warmup requests run one by one, untimed, so each cache learns from the
-// same traffic; then the measured requests run open loop (trace_driver.h) at --qps with TTFT
-// timed from each request's scheduled start. --slo-ms then searches the highest offered QPS
-// whose p99 TTFT meets the SLO, replaying the measured requests at each probed rate (caches stay
-// warm between probes, as in steady state). Each daemon mode uses its own namespace, so no mode
-// reuses another's entries.
+// Per mode: with --prewarm every initial document is first cached on its own (what an operator's
+// corpus warm-up gives each kind of cache); the first --warmup requests run one by one,
+// untimed, so each cache learns from the same traffic; then the measured requests run open loop
+// (trace_driver.h) at --qps with TTFT timed from each request's scheduled start. --slo-ms then
+// searches the highest offered QPS whose p99 TTFT meets the SLO, replaying the measured requests at
+// each probed rate (caches stay warm between probes, as in steady state). Each daemon mode uses its
+// own namespace, so no mode reuses another's entries.
 //
 // Output: a table (stdout), --json, and with --out DIR: report.json, CSV files and gnuplot PNGs.
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
 #include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 
 #include "client/client.h"
 #include "core/thread_annotations.h"
@@ -48,6 +46,7 @@ struct Options {
   TraceConfig trace;
   std::string modes = "full,prefix,naive,hypic";
   uint32_t warmup = 20;
+  bool prewarm = false;
   size_t workers = 4;
   double slo_ms = 0;
   int max_probes = 8;
@@ -74,6 +73,10 @@ class Target {
   virtual ~Target() = default;
   // Serves `req` from `worker` (0 <= worker < workers) and blocks until its logits are in.
   virtual Status Serve(size_t worker, const TraceRequest& req, Outcome* out) = 0;
+  // Caches every document of the initial corpus on its own, as an operator's corpus warm-up
+  // (hypicctl warm) would: segment entries for the PIC modes, a one-document prefix
+  // checkpoint for the prefix cache.
+  virtual Status Prewarm(const Trace& trace) = 0;
 };
 
 class DaemonTarget : public Target {
@@ -121,6 +124,19 @@ class DaemonTarget : public Target {
     return Status::Ok();
   }
 
+  Status Prewarm(const Trace& trace) override {
+    constexpr size_t kBatch = 8;
+    for (uint32_t d = 0; d < trace.initial_docs; d += kBatch) {
+      protocol::PrefillRequest req;
+      req.name_space = name_space_;
+      for (uint32_t i = d; i < std::min<uint32_t>(trace.initial_docs, d + kBatch); ++i) {
+        req.segments.push_back(trace.corpus[i]);
+      }
+      HYPIC_RETURN_IF_ERROR(clients_[0]->Prefill(req).status());
+    }
+    return Status::Ok();
+  }
+
  private:
   DaemonTarget(protocol::ComposeMode mode, const Trace& trace, std::string name_space)
       : mode_(mode), trace_(trace), name_space_(std::move(name_space)) {}
@@ -136,22 +152,22 @@ class Slots {
  public:
   explicit Slots(size_t n) : free_(n) {}
   void Acquire() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return free_ > 0; });
+    std::unique_lock<Mutex> lock(mu_);
+    cv_.wait(lock, [&]() REQUIRES(mu_) { return free_ > 0; });
     --free_;
   }
   void Release() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       ++free_;
     }
     cv_.notify_one();
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  size_t free_;
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  size_t free_ GUARDED_BY(mu_);
 };
 
 class PrefixTarget : public Target {
@@ -181,6 +197,19 @@ class PrefixTarget : public Target {
     out->parts["prefix:computed"] += req.docs.size() - std::min(req.docs.size(), r->reused_parts);
     out->parts["live"] += 1;  // the query
     out->reused_tokens += static_cast<uint64_t>(r->reused_tokens);
+    return Status::Ok();
+  }
+
+  Status Prewarm(const Trace& trace) override {
+    // The last part of a Run is never checkpointed (it yields the logits), so each document
+    // is followed by one throw-away token.
+    std::vector<model::ComposePart> parts(2);
+    parts[1].tokens = {1};
+    for (uint32_t d = 0; d < trace.initial_docs; ++d) {
+      parts[0].kind = model::ComposePart::Kind::kSegment;
+      parts[0].tokens = trace.corpus[d];
+      HYPIC_RETURN_IF_ERROR(cache_.Run("trace", parts).status());
+    }
     return Status::Ok();
   }
 
@@ -241,6 +270,7 @@ Result<ModeRun> RunMode(const Options& opts, const std::string& mode, Trace& tra
   run.mode = mode;
   if (mode == "prefix") run.note = "in-process prefix cache, same model and compute slots";
   const size_t warm = std::min<size_t>(opts.warmup, trace.requests.size() - 1);
+  if (mode != "full" && opts.prewarm) HYPIC_RETURN_IF_ERROR(target.Prewarm(trace));
   if (mode != "full") {
     for (size_t i = 0; i < warm; ++i) {
       Outcome ignored;
@@ -344,6 +374,7 @@ int Run(const Options& opts) {
   report.trace = opts.trace;
   report.warmup_requests = std::min<uint32_t>(opts.warmup, opts.trace.n_requests - 1);
   report.slo_s = opts.slo_ms / 1000.0;
+  report.prewarm = opts.prewarm;
   const std::string nonce =
       fmt::format("{:x}", std::chrono::system_clock::now().time_since_epoch().count());
   for (const auto& mode : modes) {
@@ -429,6 +460,8 @@ const bool kRegistered = RegisterSubcommand(
       sub.add_option("--seed", t.seed)->capture_default_str();
       sub.add_option("--warmup", o->warmup, "requests served untimed first, per mode")
           ->capture_default_str();
+      sub.add_flag("--prewarm", o->prewarm,
+                   "cache every initial document on its own first (cache modes)");
       sub.add_option("--workers", o->workers, "connections (requests in flight)")
           ->check(CLI::Range(1, 256))
           ->capture_default_str();

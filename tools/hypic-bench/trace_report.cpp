@@ -103,11 +103,11 @@ const ModeRun* TraceReport::Find(const std::string& mode) const {
 
 std::string RenderTable(const TraceReport& report) {
   std::string out = fmt::format(
-      "trace: {} requests ({} warm-up) over {} documents, k {}-{}, zipf {}, new-doc share {}, "
+      "trace: {} requests ({} warm-up{}) over {} documents, k {}-{}, zipf {}, new-doc share {}, "
       "seed {}\n\n",
-      report.trace.n_requests, report.warmup_requests, report.trace.n_docs, report.trace.docs_min,
-      report.trace.docs_max, report.trace.zipf_alpha, report.trace.new_doc_share,
-      report.trace.seed);
+      report.trace.n_requests, report.warmup_requests, report.prewarm ? ", corpus prewarmed" : "",
+      report.trace.n_docs, report.trace.docs_min, report.trace.docs_max, report.trace.zipf_alpha,
+      report.trace.new_doc_share, report.trace.seed);
   out += fmt::format("{:<8} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10} {:>10}\n", "mode",
                      "qps", "p50 ms", "p90 ms", "p99 ms", "req/s", "hit", "reuse", "MiB moved",
                      report.slo_s > 0 ? "sust. qps" : "");
@@ -161,6 +161,7 @@ nlohmann::json ToJson(const TraceReport& report) {
                 {"qps", c.qps},
                 {"seed", c.seed}};
   j["warmup_requests"] = report.warmup_requests;
+  j["prewarm"] = report.prewarm;
   j["slo_s"] = report.slo_s;
   j["modes"] = nlohmann::json::array();
   for (const auto& m : report.modes) {

@@ -45,7 +45,8 @@ struct TraceReport {
   std::string machine;  // e.g. "2 cores, 24 GiB, no GPU"
   TraceConfig trace;
   uint32_t warmup_requests = 0;
-  double slo_s = 0;  // 0: no SLO search
+  bool prewarm = false;  // every initial document cached on its own before the warm-up
+  double slo_s = 0;      // 0: no SLO search
   std::vector<ModeRun> modes;
 
   const ModeRun* Find(const std::string& mode) const;
