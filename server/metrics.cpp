@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/metric_family.h>
@@ -14,6 +13,7 @@
 #include <sstream>
 
 #include "server/config.h"
+#include "server/metrics_http.h"
 
 namespace hypic::server {
 
@@ -132,17 +132,10 @@ Metrics::Metrics()
 Metrics::~Metrics() = default;
 
 Result<uint16_t> Metrics::Serve(const Endpoint& endpoint) {
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(endpoint.ToString(), 1);
-    exposer_->RegisterCollectable(registry_);
-    exposer_->RegisterCollectable(tiers_);
-    auto ports = exposer_->GetListeningPorts();
-    if (ports.empty()) return IoError("metrics endpoint bound no port");
-    return static_cast<uint16_t>(ports.front());
-  } catch (const std::exception& e) {
-    exposer_.reset();
-    return IoError(fmt::format("metrics endpoint {}: {}", endpoint.ToString(), e.what()));
-  }
+  http_ = std::make_unique<MetricsHttpEndpoint>([this] { return Render(); });
+  auto port = http_->Start(endpoint.host, endpoint.port);
+  if (!port.ok()) http_.reset();
+  return port;
 }
 
 void Metrics::SetTierSampler(TierSampler sampler) { tiers_->Set(std::move(sampler)); }

@@ -13,7 +13,8 @@
 //   from the store at scrape time
 //
 // The hot-path methods are lock-free after the first use of a label set (each series is
-// created once and cached). Thread-safe. The Metrics object outlives the exposer it starts.
+// created once and cached). Thread-safe. The HTTP endpoint (metrics_http.h) is owned here and
+// stopped before the registry it renders is destroyed.
 #pragma once
 
 #include <array>
@@ -29,7 +30,6 @@
 
 namespace prometheus {
 class Registry;
-class Exposer;
 class Counter;
 class Gauge;
 class Histogram;
@@ -40,6 +40,7 @@ class Family;
 namespace hypic::server {
 
 struct Endpoint;
+class MetricsHttpEndpoint;
 
 // One tier's counters as the store reports them (cumulative since start).
 struct TierSample {
@@ -86,7 +87,7 @@ class Metrics {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<TierCollector> tiers_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsHttpEndpoint> http_;  // declared last among owners: stops first
 
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
   prometheus::Family<prometheus::Histogram>* durations_ = nullptr;

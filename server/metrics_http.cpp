@@ -1,0 +1,144 @@
+#include "server/metrics_http.h"
+
+#include <fmt/format.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string_view>
+
+namespace hypic::server {
+
+namespace {
+
+constexpr size_t kMaxRequestBytes = 8192;
+constexpr int kReadDeadlineMs = 1000;
+constexpr int kPollIntervalMs = 100;
+
+void SendAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return;
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+std::string Response(int code, std::string_view reason, std::string_view content_type,
+                     std::string_view body) {
+  return fmt::format(
+      "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+      code, reason, content_type, body.size(), body);
+}
+
+}  // namespace
+
+MetricsHttpEndpoint::~MetricsHttpEndpoint() { Stop(); }
+
+Result<uint16_t> MetricsHttpEndpoint::Start(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  std::string port_text = std::to_string(port);
+  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &res);
+  if (rc != 0) {
+    return IoError(fmt::format("metrics endpoint {}:{}: {}", host, port, gai_strerror(rc)));
+  }
+  std::string last_error = "no address";
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
+      listen_fd_ = fd;
+      break;
+    }
+    last_error = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (listen_fd_ < 0) {
+    return IoError(fmt::format("metrics endpoint {}:{}: {}", host, port, last_error));
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+  uint16_t bound_port = bound.ss_family == AF_INET6
+                            ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                            : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  stop_ = false;
+  thread_ = std::thread([this] { Loop(); });
+  return bound_port;
+}
+
+void MetricsHttpEndpoint::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+  }
+}
+
+void MetricsHttpEndpoint::Loop() {
+  while (!stop_) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, kPollIntervalMs) <= 0) continue;
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    ServeOne(fd);
+    ::close(fd);
+  }
+}
+
+void MetricsHttpEndpoint::ServeOne(int fd) {
+  std::string request;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kReadDeadlineMs);
+  char buf[1024];
+  while (request.find("\r\n\r\n") == std::string::npos &&
+         request.find("\n\n") == std::string::npos) {
+    if (request.size() > kMaxRequestBytes) {
+      SendAll(fd, Response(431, "Request Header Fields Too Large", "text/plain", "too large\n"));
+      return;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || stop_) return;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return;
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return;
+    request.append(buf, static_cast<size_t>(n));
+  }
+  std::string_view line(request);
+  line = line.substr(0, line.find_first_of("\r\n"));
+  if (line.rfind("GET ", 0) != 0 && line.rfind("HEAD ", 0) != 0) {
+    SendAll(fd, Response(405, "Method Not Allowed", "text/plain", "only GET\n"));
+    return;
+  }
+  std::string_view target = line.substr(line.find(' ') + 1);
+  target = target.substr(0, target.find(' '));
+  target = target.substr(0, target.find('?'));
+  if (target != "/metrics") {
+    SendAll(fd, Response(404, "Not Found", "text/plain", "try /metrics\n"));
+    return;
+  }
+  std::string body = render_();
+  if (line.rfind("HEAD ", 0) == 0) {
+    std::string head = Response(200, "OK", "text/plain; version=0.0.4", body);
+    SendAll(fd, std::string_view(head).substr(0, head.size() - body.size()));
+    return;
+  }
+  SendAll(fd, Response(200, "OK", "text/plain; version=0.0.4", body));
+}
+
+}  // namespace hypic::server
