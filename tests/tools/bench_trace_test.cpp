@@ -33,7 +33,8 @@ TEST_CASE("hypic-bench trace: four modes side by side on a live daemon") {
       "{}/hypic-bench trace --port {} --model builtin:tiny --model-cache-dir {}/../e2e-models "
       "--vocab 256 --docs 12 --doc-len-median 40 --doc-len-min 16 --doc-len-max 64 "
       "--docs-min 2 --docs-max 4 --query-min 4 --query-max 8 --zipf 1.2 --requests 16 "
-      "--warmup 3 --prewarm --qps 20 --workers 2 --seed 3 --json --out {} > {}",
+      "--warmup 3 --prewarm --qps 20 --workers 2 --seed 3 --slo-ms 5000 --max-probes 1 --json "
+      "--out {} > {}",
       bin_dir, (*daemon)->port(), bin_dir, out_dir.string(), json_path.string());
   const int rc = std::system(cmd.c_str());
   REQUIRE(WIFEXITED(rc));
@@ -53,6 +54,10 @@ TEST_CASE("hypic-bench trace: four modes side by side on a live daemon") {
     CHECK(m["failed"] == 0);
     CHECK(m["ttft_s"]["p50"].get<double>() > 0);
     CHECK(m["prompt_tokens"].get<uint64_t>() > 0);
+    // One SLO probe, on a fresh window of requests.
+    REQUIRE(m["probes"].size() == 1);
+    CHECK(m["probes"][0]["qps"].get<double>() > 0);
+    CHECK(m.contains("sustainable_qps"));
   }
   // full keeps nothing; the PIC modes hit the popular documents the warm-up cached.
   CHECK(modes["full"]["reused_tokens"] == 0);

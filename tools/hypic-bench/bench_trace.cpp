@@ -10,9 +10,10 @@
 // corpus warm-up gives each kind of cache); the first --warmup requests run one by one,
 // untimed, so each cache learns from the same traffic; then the measured requests run open loop
 // (trace_driver.h) at --qps with TTFT timed from each request's scheduled start. --slo-ms then
-// searches the highest offered QPS whose p99 TTFT meets the SLO, replaying the measured requests at
-// each probed rate (caches stay warm between probes, as in steady state). Each daemon mode uses its
-// own namespace, so no mode reuses another's entries.
+// searches the highest offered QPS whose p99 TTFT meets the SLO; each probe serves a fresh window
+// of as many requests as the measured run, from the same trace, since replaying the measured
+// requests would hand the prefix cache exact repeats (caches stay warm between probes, as in
+// steady state). Each daemon mode uses its own namespace, so no mode reuses another's entries.
 //
 // Output: a table (stdout), --json, and with --out DIR: report.json, CSV files and gnuplot PNGs.
 #include <fmt/format.h>
@@ -228,11 +229,10 @@ std::vector<std::string> SplitModes(const std::string& text) {
   return modes;
 }
 
-// Runs requests [first, end) of `trace` open loop, their arrivals shifted so the first measured
-// one is due at once, and fills `run` (timings, outcomes).
-void RunMeasured(Target& target, const Trace& trace, size_t first, size_t workers,
+// Runs requests [first, first + n) of `trace` open loop, their arrivals shifted so the first
+// measured one is due at once, and fills `run` (timings, outcomes).
+void RunMeasured(Target& target, const Trace& trace, size_t first, size_t n, size_t workers,
                  double abort_after_s, ModeRun* run) {
-  const size_t n = trace.requests.size() - first;
   std::vector<double> schedule(n);
   const double t0 = trace.requests[first].arrival_s;
   for (size_t i = 0; i < n; ++i) schedule[i] = trace.requests[first + i].arrival_s - t0;
@@ -269,7 +269,10 @@ Result<ModeRun> RunMode(const Options& opts, const std::string& mode, Trace& tra
   ModeRun run;
   run.mode = mode;
   if (mode == "prefix") run.note = "in-process prefix cache, same model and compute slots";
-  const size_t warm = std::min<size_t>(opts.warmup, trace.requests.size() - 1);
+  // The trace holds the warm-up, the measured window, then one fresh window per SLO probe:
+  // replaying the measured requests would hand the prefix cache exact repeats.
+  const size_t warm = std::min<size_t>(opts.warmup, opts.trace.n_requests - 1);
+  const size_t measured = opts.trace.n_requests - warm;
   if (mode != "full" && opts.prewarm) HYPIC_RETURN_IF_ERROR(target.Prewarm(trace));
   if (mode != "full") {
     for (size_t i = 0; i < warm; ++i) {
@@ -279,7 +282,7 @@ Result<ModeRun> RunMode(const Options& opts, const std::string& mode, Trace& tra
     }
   }
   const double abort_after = opts.slo_ms > 0 ? 10 * opts.slo_ms / 1000.0 : 0.0;
-  RunMeasured(target, trace, warm, opts.workers, abort_after, &run);
+  RunMeasured(target, trace, warm, measured, opts.workers, abort_after, &run);
   fmt::print(stderr, "hypic-bench trace: {:<6} p50 {:.0f} ms, p99 {:.0f} ms at {:.3g} qps\n", mode,
              run.ttft.p50 * 1000, run.ttft.p99 * 1000, trace.config.qps);
 
@@ -290,11 +293,13 @@ Result<ModeRun> RunMode(const Options& opts, const std::string& mode, Trace& tra
                              ? std::max(0.01, 0.5 / run.ttft.p50)
                              : trace.config.qps;
     const double base_qps = trace.config.qps;
+    size_t window = 0;
     auto probe = [&](double qps) -> Result<double> {
       RescaleArrivals(trace, qps);
       ModeRun p;
       p.mode = mode;
-      RunMeasured(target, trace, warm, opts.workers, 10 * slo_s, &p);
+      ++window;
+      RunMeasured(target, trace, warm + window * measured, measured, opts.workers, 10 * slo_s, &p);
       fmt::print(stderr, "hypic-bench trace: {:<6} probe {:.3g} qps: p99 {:.0f} ms\n", mode, qps,
                  p.ttft.p99 * 1000);
       return p.ttft.p99;
@@ -336,7 +341,13 @@ std::string Machine() {
 }
 
 int Run(const Options& opts) {
-  auto trace = GenerateTrace(opts.trace);
+  TraceConfig trace_config = opts.trace;
+  if (opts.slo_ms > 0) {
+    const uint32_t warm = std::min<uint32_t>(opts.warmup, trace_config.n_requests - 1);
+    trace_config.n_requests +=
+        (trace_config.n_requests - warm) * static_cast<uint32_t>(opts.max_probes);
+  }
+  auto trace = GenerateTrace(trace_config);
   if (!trace.ok()) {
     fmt::print(stderr, "hypic-bench trace: {}\n", trace.status().ToString());
     return kExitBadInput;
