@@ -25,6 +25,7 @@
 #include "gpu/model/cpu_kernels.h"
 #include "gpu/model/model.h"
 #include "tools/common/subcommand.h"
+#include "tools/hypic-bench/bench_timing.h"
 
 namespace hypic::tools {
 namespace {
@@ -48,36 +49,11 @@ struct Options {
   bool json = false;
 };
 
-double Seconds(std::chrono::steady_clock::time_point a) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
-}
-
-// Wall seconds, and process CPU seconds (all threads): on a shared, oversubscribed machine the
+// Process CPU seconds (all threads) beside wall time: on a shared, oversubscribed machine the
 // CPU figure is the stable one; both are reported.
-struct Timing {
-  double wall = 0, cpu = 0;
-  Timing& operator+=(const Timing& o) {
-    wall += o.wall;
-    cpu += o.cpu;
-    return *this;
-  }
-};
-
-double CpuSeconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC; }
-
 template <typename Fn>
 Timing Median(int reps, Fn&& fn) {
-  std::vector<double> wall, cpu;
-  for (int i = 0; i < reps; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    const double c = CpuSeconds();
-    fn();
-    cpu.push_back(CpuSeconds() - c);
-    wall.push_back(Seconds(a));
-  }
-  std::sort(wall.begin(), wall.end());
-  std::sort(cpu.begin(), cpu.end());
-  return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
+  return MedianTiming(reps, CpuClock::kProcess, std::forward<Fn>(fn));
 }
 
 // OpenBLAS sgemm at n = 2048 (TARGETS.md's "sgemm peak" measurement), median of 3; FLOPs per

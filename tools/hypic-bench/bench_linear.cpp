@@ -20,6 +20,7 @@
 #include "core/dtype.h"
 #include "gpu/linear/linear_attention.h"
 #include "tools/common/subcommand.h"
+#include "tools/hypic-bench/bench_timing.h"
 
 namespace hypic::tools {
 namespace {
@@ -78,29 +79,9 @@ Data MakeData(const Shape& s, uint64_t seed) {
 // CPU seconds of the calling thread. The benchmark pins OpenBLAS to one thread (--blas-threads),
 // so this is the whole cost of the operator, and it stays meaningful on a shared,
 // oversubscribed machine where wall time does not; wall time is printed beside it.
-double CpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-struct Timing {
-  double wall = 0, cpu = 0;  // medians, seconds
-};
-
 template <typename Fn>
 Timing Median(int reps, Fn&& fn) {
-  std::vector<double> wall, cpu;
-  for (int i = 0; i < reps; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    const double c = CpuSeconds();
-    fn();
-    cpu.push_back(CpuSeconds() - c);
-    wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
-  }
-  std::sort(wall.begin(), wall.end());
-  std::sort(cpu.begin(), cpu.end());
-  return Timing{wall[wall.size() / 2], cpu[cpu.size() / 2]};
+  return MedianTiming(reps, CpuClock::kThread, std::forward<Fn>(fn));
 }
 
 double RelError(const std::vector<float>& x, const std::vector<float>& ref) {
