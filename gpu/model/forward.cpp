@@ -134,6 +134,7 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits) {
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
   }
   state_.n_positions = end_pos_;
+  if (logits == nullptr) return Status::Ok();
 
   const int64_t first = all_logits ? 0 : rows - 1, n_out = rows - first;
   RmsNormZeroCentred(x.data() + first * h, h, w.final_norm.data(), xn.data(), h, n_out, h, eps);

@@ -36,8 +36,8 @@ class Model::Pass {
   int64_t live_tokens() const { return static_cast<int64_t>(tokens_.size()); }
   int64_t cached_tokens() const { return cached_tokens_; }
 
-  // Runs every layer. Logits for every live row (all_logits) or the last live row only.
-  // REQUIRES: at least one live token.
+  // Runs every layer. Logits for every live row (all_logits) or the last live row only; none
+  // when `logits` is null. REQUIRES: at least one live token.
   Status Run(bool all_logits, std::vector<float>* logits);
 
  private:

@@ -144,6 +144,13 @@ Status Model::PrefillEntries(std::span<ComposePart> parts, ComposeMode mode,
 Result<ComposeResult> Model::Compose(std::span<const ComposePart> parts,
                                      const ComposeOptions& options) const {
   ModelState state = EmptyState();
+  HYPIC_ASSIGN_OR_RETURN(ComposeResult r, ComposeAfter(state, parts, options));
+  if (options.want_state) r.state = std::move(state);
+  return r;
+}
+
+Result<ComposeResult> Model::ComposeAfter(ModelState& state, std::span<const ComposePart> parts,
+                                          const ComposeOptions& options) const {
   Pass pass(*this, state, options.mode);
   const int64_t w = options.seam_w;
   const ModelConfig& c = config_;
@@ -153,9 +160,10 @@ Result<ComposeResult> Model::Compose(std::span<const ComposePart> parts,
     if (part.tokens.empty()) return BadRequest(what + ": no tokens");
     HYPIC_RETURN_IF_ERROR(CheckTokens(part.tokens, c.vocab_size, what));
     const auto n = static_cast<int64_t>(part.tokens.size());
-    // The last part always runs live: its last token's logits are the answer.
+    // With logits the last part always runs live: its last token's logits are the answer.
+    const bool last_needs_logits = options.want_logits && i + 1 == parts.size();
     const bool live = options.mode == ComposeMode::kFull || part.kind == ComposePart::Kind::kRaw ||
-                      i + 1 == parts.size() || n <= w;
+                      last_needs_logits || n <= w;
     if (live) {
       pass.AddLive(part.tokens);
       continue;
@@ -195,12 +203,12 @@ Result<ComposeResult> Model::Compose(std::span<const ComposePart> parts,
     pass.AddLive(std::span(part.tokens).first(static_cast<size_t>(w)));
     pass.AddCached(e, n - w);
   }
-  if (pass.live_tokens() == 0) return BadRequest("compose: no parts");
+  if (parts.empty()) return BadRequest("compose: no parts");
+  if (pass.live_tokens() == 0) return BadRequest("compose: no live tokens to run");
   ComposeResult r;
-  HYPIC_RETURN_IF_ERROR(pass.Run(/*all_logits=*/false, &r.logits));
+  HYPIC_RETURN_IF_ERROR(pass.Run(/*all_logits=*/false, options.want_logits ? &r.logits : nullptr));
   r.live_tokens = pass.live_tokens();
   r.cached_tokens = pass.cached_tokens();
-  if (options.want_state) r.state = std::move(state);
   return r;
 }
 

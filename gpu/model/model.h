@@ -99,10 +99,13 @@ struct ComposeOptions {
   ComposeMode mode = ComposeMode::kHypic;
   uint32_t seam_w = 8;
   bool want_state = false;
+  // Without logits the last part may be a cached segment and no logits are computed: a fold
+  // step of a combine that composes entries as they arrive (see ComposeAfter).
+  bool want_logits = true;
 };
 
 struct ComposeResult {
-  std::vector<float> logits;  // [vocab], the last token
+  std::vector<float> logits;  // [vocab], the last token; empty without want_logits
   ModelState state;           // when want_state
   int64_t live_tokens = 0;
   int64_t cached_tokens = 0;
@@ -139,6 +142,14 @@ class Model {
   // not belong to this model / seam / tokens.
   Result<ComposeResult> Compose(std::span<const ComposePart> parts,
                                 const ComposeOptions& options) const;
+
+  // Compose continued: runs `parts` after `state` (whose positions come first) and advances it
+  // in place; the result's state is left empty. Composing a prompt in consecutive runs of parts
+  // gives the logits and state of one Compose over all of them (equal up to the rounding of the
+  // row blocking). REQUIRES: at least one live token among the parts (with want_logits false
+  // and seam w = 0 a run of cached segments has none: fold it into the next run).
+  Result<ComposeResult> ComposeAfter(ModelState& state, std::span<const ComposePart> parts,
+                                     const ComposeOptions& options) const;
 
   // An empty state (zero positions) with every layer sized.
   ModelState EmptyState() const;

@@ -193,6 +193,45 @@ TEST_CASE("SegmentPrefill entries: key, metadata, tensor shapes; short segments 
   CHECK((*short_entry)->n_tokens() == 8);
 }
 
+TEST_CASE("Compose in consecutive runs (ComposeAfter, folds without logits) equals one Compose") {
+  ScratchDir dir;
+  auto m = testing::LoadTiny(dir.path());
+  hypic::testing::SeededRng rng(8);
+  auto parts = MakeParts(rng, *m, 3, {30, 5, 44, 21, 19}, 6);
+  REQUIRE_OK(m->PrefillEntries(parts, ComposeMode::kHypic, {.seam_w = 8}));
+  auto whole = m->Compose(parts, {.mode = ComposeMode::kHypic, .seam_w = 8, .want_state = true});
+  REQUIRE_OK(whole);
+
+  // Fold [0, 2), then [2, 5) (its last part is a cached segment), then the rest with logits.
+  ModelState state = m->EmptyState();
+  const std::span<const ComposePart> all(parts);
+  const ComposeOptions fold{.mode = ComposeMode::kHypic, .seam_w = 8, .want_logits = false};
+  auto first = m->ComposeAfter(state, all.subspan(0, 2), fold);
+  REQUIRE_OK(first);
+  CHECK(first->logits.empty());
+  auto second = m->ComposeAfter(state, all.subspan(2, 3), fold);
+  REQUIRE_OK(second);
+  CHECK(second->cached_tokens == (44 - 8) + (21 - 8));  // the last part is jumped over too
+  auto last = m->ComposeAfter(state, all.subspan(5), {.mode = ComposeMode::kHypic, .seam_w = 8});
+  REQUIRE_OK(last);
+  CHECK(first->cached_tokens + second->cached_tokens + last->cached_tokens == whole->cached_tokens);
+  CHECK(RelErr(last->logits, whole->logits) < 1e-5);
+  REQUIRE(state.n_positions == whole->state.n_positions);
+  for (size_t li = 0; li < state.layers.size(); ++li) {
+    CAPTURE(li);
+    CHECK(RelErr(state.layers[li].state, whole->state.layers[li].state) < 1e-5);
+    CHECK(RelErr(state.layers[li].k, whole->state.layers[li].k) < 1e-5);
+  }
+  // A fold of cached segments with seam 0 has no live token to run.
+  auto seamless = parts;
+  REQUIRE_OK(m->PrefillEntries(seamless, ComposeMode::kHypic, {.seam_w = 0}));
+  ModelState s0 = m->EmptyState();
+  auto none = m->ComposeAfter(s0, std::span<const ComposePart>(seamless).subspan(1, 2),
+                              {.mode = ComposeMode::kHypic, .seam_w = 0, .want_logits = false});
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.status().message().find("no live tokens") != std::string::npos);
+}
+
 TEST_CASE("Compose refuses bad requests and foreign entries, naming the problem") {
   ScratchDir dir;
   auto m = testing::LoadTiny(dir.path());
