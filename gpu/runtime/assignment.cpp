@@ -92,8 +92,11 @@ Assignment Assign(std::span<const double> costs, std::span<const double> loads, 
         load[best] += costs[job];
       }
       Refine(costs, load, a.worker);
-      // Each worker runs its jobs longest first.
-      for (size_t job : by_cost) a.order[static_cast<size_t>(a.worker[job])].push_back(job);
+      // Each worker runs its jobs in request (prompt) order: a worker's finish time does not
+      // depend on its order, and in prompt order the early parts of the prompt arrive first, so
+      // the streamed combine can fold them while the later ones compute.
+      for (size_t job = 0; job < n; ++job)
+        a.order[static_cast<size_t>(a.worker[job])].push_back(job);
       break;
     }
     case Policy::kRoundRobin:

@@ -26,8 +26,8 @@ std::optional<Policy> ParsePolicy(std::string_view name);
 struct Assignment {
   // worker[i] is the worker of job i.
   std::vector<int> worker;
-  // For each worker, its jobs in the order it should run them (LPT: longest first; the
-  // baselines: request order).
+  // For each worker, its jobs in the order it should run them: request order for every policy
+  // (the combine folds the prompt in that order as entries arrive).
   std::vector<std::vector<size_t>> order;
 };
 

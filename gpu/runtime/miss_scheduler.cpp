@@ -32,6 +32,8 @@ struct MissRequest::State {
   Clock::time_point submitted;
   Clock::time_point deadline;
   std::vector<EntryPtr> entries;
+  std::vector<bool> arrived;  // per slot
+  size_t prefix = 0;          // the leading slots that all arrived
   std::vector<std::shared_ptr<MissScheduler::Flight>> flights;  // one per distinct key
   size_t remaining = 0;
   bool done = false;
@@ -46,6 +48,15 @@ MissRequest::MissRequest(MissScheduler* scheduler, std::unique_ptr<State> state)
 MissRequest::~MissRequest() { scheduler_->Cancel(*state_); }
 
 Result<std::vector<EntryPtr>> MissRequest::Wait() { return scheduler_->Wait(*state_); }
+
+Result<size_t> MissRequest::WaitFor(size_t count, bool idle_worker) {
+  return scheduler_->WaitFor(*state_, count, idle_worker);
+}
+
+EntryPtr MissRequest::entry(size_t slot) const {
+  MutexLock lock(&scheduler_->mu_);
+  return state_->entries[slot];
+}
 
 void MissRequest::Cancel() { scheduler_->Cancel(*state_); }
 
@@ -65,6 +76,8 @@ MissScheduler::MissScheduler(WorkerPool& pool, Transport& transport, CostModel& 
     MutexLock lock(&mu_);
     queues_.resize(pool_.size());
     loads_.assign(pool_.size(), 0.0);
+    idle_.assign(pool_.size(), true);
+    idle_count_ = pool_.size();
   }
   for (size_t w = 0; w < pool_.size(); ++w) {
     work_cv_.push_back(std::make_unique<std::condition_variable_any>());
@@ -112,6 +125,7 @@ Result<std::unique_ptr<MissRequest>> MissScheduler::Submit(std::vector<PrefillJo
   state->submitted = Clock::now();
   state->deadline = deadline;
   state->entries.resize(misses.size());
+  state->arrived.assign(misses.size(), false);
   state->timings.worker_cpu_s.assign(pool_.size(), 0.0);
   state->remaining = misses.size();
 
@@ -146,6 +160,7 @@ Result<std::unique_ptr<MissRequest>> MissScheduler::Submit(std::vector<PrefillJo
       flight->job = std::move(misses[i]);
       flights_.emplace(flight->job.key, flight);
       queues_[w].push_back(flight);
+      SetIdle(w, false);
       loads_[w] += flight->cost;
       ++queued_;
     }
@@ -218,13 +233,32 @@ void MissScheduler::Deliver(Flight& flight, const EntryPtr& entry) {
   flight.waiters.clear();
   for (auto& [request, slot] : waiters) {
     request->entries[slot] = entry;
+    request->arrived[slot] = true;
+    while (request->prefix < request->arrived.size() && request->arrived[request->prefix]) {
+      ++request->prefix;
+    }
     double t = SecondsSince(request->submitted, now);
     if (request->timings.first_arrival_s == 0.0) request->timings.first_arrival_s = t;
     request->timings.last_arrival_s = t;
     request->timings.transfer_s += flight.transfer_s;
     request->timings.worker_cpu_s[flight.worker] += flight.cpu_s;
-    if (--request->remaining == 0) Complete(*request, Status::Ok());
+    if (--request->remaining == 0) {
+      Complete(*request, Status::Ok());
+    } else {
+      request->cv.notify_all();  // a combine may fold what arrived
+    }
   }
+}
+
+void MissScheduler::SetIdle(size_t w, bool idle) {
+  if (idle_[w] == idle) return;
+  idle_[w] = idle;
+  if (!idle) {
+    --idle_count_;
+    return;
+  }
+  ++idle_count_;
+  for (State* request : idle_waiters_) request->cv.notify_all();
 }
 
 void MissScheduler::WorkerLoop(size_t w) {
@@ -234,6 +268,7 @@ void MissScheduler::WorkerLoop(size_t w) {
     std::shared_ptr<Flight> flight;
     {
       MutexLock lock(&mu_);
+      if (queues_[w].empty()) SetIdle(w, true);
       while (!stopping_ && queues_[w].empty()) cv.wait(mu_);
       if (stopping_) return;
       flight = queues_[w].front();
@@ -295,15 +330,36 @@ void MissScheduler::WorkerLoop(size_t w) {
   }
 }
 
-Result<std::vector<EntryPtr>> MissScheduler::Wait(State& request) {
-  MutexLock lock(&mu_);
-  while (!request.done) {
-    if (request.cv.wait_until(mu_, request.deadline) == std::cv_status::timeout && !request.done) {
+template <typename Ready>
+void MissScheduler::WaitUntil(State& request, Ready ready) {
+  while (!request.done && !ready()) {
+    if (request.cv.wait_until(mu_, request.deadline) == std::cv_status::timeout && !request.done &&
+        !ready()) {
       Complete(request, DeadlineExceeded("deadline passed while waiting for segment prefills"));
     }
   }
+}
+
+Result<std::vector<EntryPtr>> MissScheduler::Wait(State& request) {
+  MutexLock lock(&mu_);
+  WaitUntil(request, [] { return false; });
   if (!request.status.ok()) return request.status;
   return request.entries;
+}
+
+Result<size_t> MissScheduler::WaitFor(State& request, size_t count, bool idle_worker) {
+  MutexLock lock(&mu_);
+  const size_t n = request.entries.size();
+  count = std::min(count, n);
+  if (idle_worker) idle_waiters_.push_back(&request);
+  WaitUntil(request, [&]() REQUIRES(mu_) {
+    return request.prefix >= count && (!idle_worker || idle_count_ > 0 || request.prefix == n);
+  });
+  if (idle_worker) {
+    idle_waiters_.erase(std::find(idle_waiters_.begin(), idle_waiters_.end(), &request));
+  }
+  if (request.done && !request.status.ok()) return request.status;
+  return request.prefix;
 }
 
 void MissScheduler::Cancel(State& request) {

@@ -7,9 +7,10 @@
 // - Bounded queue: at most `max_queued_jobs` jobs wait (not yet running) over all workers;
 //   a Submit whose new jobs do not fit returns kBusy at once and changes nothing.
 // - Streamed combine: each worker hands each finished entry at once to the store callback and
-//   then to the Transport; the request collects the delivered entries, and Wait returns as
-//   soon as the last one arrives, so the caller (the combine) runs Compose then. When Wait
-//   returns OK, every entry computed for the request has been offered to the store.
+//   then to the Transport; the request collects the delivered entries. The combine either
+//   follows them as they arrive (WaitFor: the longest arrived prefix of the slots, so it can
+//   fold the prompt in order while the rest computes) or takes them all at once (Wait). When
+//   Wait returns OK, every entry computed for the request has been offered to the store.
 // - Deadlines and cancellation: Wait returns kDeadlineExceeded at the request's deadline, and
 //   Cancel (or destroying the request) returns kCancelled; either way the request leaves every
 //   job it waited for, and a queued job that nobody waits for any more is dropped, freeing its
@@ -90,6 +91,13 @@ class MissRequest {
   // returns the request's error: kComputeFailed, kDeadlineExceeded, kCancelled,
   // kShuttingDown, or the transport's error.
   Result<std::vector<EntryPtr>> Wait();
+  // Blocks until the entries of the first `count` slots (in submission order) arrived and,
+  // with `idle_worker`, until also some worker of the scheduler has nothing to do (or every
+  // entry arrived). Returns how many leading slots have arrived (>= count, clamped to the
+  // number of slots), or the request's error as Wait does.
+  Result<size_t> WaitFor(size_t count, bool idle_worker = false);
+  // The entry of `slot`. REQUIRES: slot < a prefix length returned by WaitFor.
+  EntryPtr entry(size_t slot) const;
   // Gives up the request; a concurrent or later Wait returns kCancelled.
   void Cancel();
   MissTimings timings() const;
@@ -120,6 +128,8 @@ class MissScheduler {
 
   SchedulerStats stats() const EXCLUDES(mu_);
   size_t workers() const { return pool_.size(); }
+  // The pool's CPU threads in all (what a combine may use once the workers are idle).
+  int cpu_threads() const { return pool_.cpu_threads(); }
 
  private:
   friend class MissRequest;
@@ -133,7 +143,13 @@ class MissScheduler {
   void ExpireWaiters(Flight& flight, Clock::time_point now) REQUIRES(mu_);
   void Deliver(Flight& flight, const EntryPtr& entry) REQUIRES(mu_);
   void EraseFlight(const std::shared_ptr<Flight>& flight) REQUIRES(mu_);
+  // Waits until `ready` holds or the request is done; fails it at its deadline.
+  template <typename Ready>
+  void WaitUntil(State& request, Ready ready) REQUIRES(mu_);
   Result<std::vector<EntryPtr>> Wait(State& request) EXCLUDES(mu_);
+  Result<size_t> WaitFor(State& request, size_t count, bool idle_worker) EXCLUDES(mu_);
+  // Marks worker `w` idle or busy; waking the requests that wait for an idle worker.
+  void SetIdle(size_t w, bool idle) REQUIRES(mu_);
   void Cancel(State& request) EXCLUDES(mu_);
 
   WorkerPool& pool_;
@@ -147,6 +163,9 @@ class MissScheduler {
       GUARDED_BY(mu_);
   std::vector<std::deque<std::shared_ptr<Flight>>> queues_ GUARDED_BY(mu_);
   std::vector<double> loads_ GUARDED_BY(mu_);  // estimated seconds queued or running
+  std::vector<bool> idle_ GUARDED_BY(mu_);     // nothing queued and nothing running
+  size_t idle_count_ GUARDED_BY(mu_) = 0;
+  std::vector<State*> idle_waiters_ GUARDED_BY(mu_);  // in WaitFor(.., idle_worker = true)
   std::vector<std::unique_ptr<std::condition_variable_any>> work_cv_;
   size_t queued_ GUARDED_BY(mu_) = 0;
   size_t rotate_ GUARDED_BY(mu_) = 0;  // start worker of the baselines' next request

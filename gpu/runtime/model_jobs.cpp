@@ -1,8 +1,15 @@
 #include "gpu/runtime/model_jobs.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace hypic::runtime {
+
+namespace {
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
 
 CostShape CostShapeOf(const model::ModelConfig& c) {
   const double h = static_cast<double>(c.hidden_size);
@@ -54,12 +61,57 @@ PrefillJob MakeSegmentJob(std::shared_ptr<const model::Model> model, std::vector
   return job;
 }
 
+namespace {
+
+// The streamed combine: folds the groups of `parts` in order as their entries arrive.
+Result<model::ComposeResult> FoldAsTheyArrive(MissScheduler& scheduler, const model::Model& model,
+                                              std::vector<model::ComposePart>& parts,
+                                              const std::vector<size_t>& slots,
+                                              MissRequest& request,
+                                              const model::ComposeOptions& options, FoldPolicy fold,
+                                              ColdComposeReport& report) {
+  std::vector<bool> cached(parts.size(), false);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    cached[i] = parts[i].kind == model::ComposePart::Kind::kSegment &&
+                parts[i].tokens.size() > options.seam_w;
+  }
+  const std::vector<size_t> cuts = FoldGroups(cached, options.seam_w);
+  model::ModelState state = model.EmptyState();
+  model::ComposeResult result;
+  size_t have = 0;  // misses whose entry is in `parts`
+  for (size_t g = 0; g < cuts.size(); ++g) {
+    const bool last = g + 1 == cuts.size();
+    const size_t begin = cuts[g], end = last ? parts.size() : cuts[g + 1];
+    const size_t need =
+        static_cast<size_t>(std::lower_bound(slots.begin(), slots.end(), end) - slots.begin());
+    HYPIC_ASSIGN_OR_RETURN(size_t arrived, request.WaitFor(need, fold == FoldPolicy::kWhenIdle));
+    for (; have < arrived; ++have) parts[slots[have]].entry = request.entry(have);
+    model::ComposeOptions step = options;
+    step.want_logits = last && options.want_logits;
+    step.want_state = false;
+    const Clock::time_point s0 = Clock::now();
+    HYPIC_ASSIGN_OR_RETURN(
+        model::ComposeResult r,
+        model.ComposeAfter(state, std::span(parts).subspan(begin, end - begin), step));
+    report.fold_s += Since(s0);
+    ++report.fold_steps;
+    result.live_tokens += r.live_tokens;
+    result.cached_tokens += r.cached_tokens;
+    if (last) result.logits = std::move(r.logits);
+  }
+  if (options.want_state) result.state = std::move(state);
+  return result;
+}
+
+}  // namespace
+
 Result<model::ComposeResult> ColdCompose(MissScheduler& scheduler,
                                          const std::shared_ptr<const model::Model>& model,
                                          std::vector<model::ComposePart> parts,
                                          const model::ComposeOptions& options,
                                          const model::SegmentOptions& segment_options,
-                                         Clock::time_point deadline, ColdComposeReport* report) {
+                                         Clock::time_point deadline, ColdComposeReport* report,
+                                         FoldPolicy fold) {
   const Clock::time_point t0 = Clock::now();
   if (options.mode == model::ComposeMode::kOracle) {
     return BadRequest("oracle entries depend on their context and cannot be scattered");
@@ -81,18 +133,32 @@ Result<model::ComposeResult> ColdCompose(MissScheduler& scheduler,
   }
   ColdComposeReport r;
   r.misses = jobs.size();
-  if (!jobs.empty()) {
+  model::ComposeResult result;
+  if (jobs.empty()) {
+    const Clock::time_point t1 = Clock::now();
+    HYPIC_ASSIGN_OR_RETURN(result, model->Compose(parts, options));
+    r.fold_steps = 1;
+    r.fold_s = r.compose_s = Since(t1);
+  } else {
+    const Clock::time_point submitted = Clock::now();
     HYPIC_ASSIGN_OR_RETURN(std::unique_ptr<MissRequest> request,
                            scheduler.Submit(std::move(jobs), deadline));
-    HYPIC_ASSIGN_OR_RETURN(std::vector<EntryPtr> entries, request->Wait());
-    for (size_t j = 0; j < slots.size(); ++j) parts[slots[j]].entry = std::move(entries[j]);
+    if (fold == FoldPolicy::kAtEnd) {
+      HYPIC_ASSIGN_OR_RETURN(std::vector<EntryPtr> entries, request->Wait());
+      for (size_t j = 0; j < slots.size(); ++j) parts[slots[j]].entry = std::move(entries[j]);
+      const Clock::time_point t1 = Clock::now();
+      HYPIC_ASSIGN_OR_RETURN(result, model->Compose(parts, options));
+      r.fold_steps = 1;
+      r.fold_s = Since(t1);
+    } else {
+      HYPIC_ASSIGN_OR_RETURN(
+          result, FoldAsTheyArrive(scheduler, *model, parts, slots, *request, options, fold, r));
+    }
     r.miss = request->timings();
+    // The combine left after the last entry arrived.
+    r.compose_s = Since(submitted) - r.miss.last_arrival_s;
   }
-  const Clock::time_point t1 = Clock::now();
-  HYPIC_ASSIGN_OR_RETURN(model::ComposeResult result, model->Compose(parts, options));
-  const Clock::time_point t2 = Clock::now();
-  r.compose_s = std::chrono::duration<double>(t2 - t1).count();
-  r.total_s = std::chrono::duration<double>(t2 - t0).count();
+  r.total_s = Since(t0);
   if (report != nullptr) *report = r;
   return result;
 }

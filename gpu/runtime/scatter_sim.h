@@ -1,9 +1,15 @@
 // A discrete-event simulator of the cold path: the misses of one request are assigned to m
 // workers by a Policy (over estimated costs), each worker prefills its segments in order (with
-// their real costs), each finished entry is transferred to the combine, and the combine runs
-// when the last entry has arrived. It predicts cold TTFT for worker counts this machine does
-// not have, from per-segment costs measured here (hypic-bench scatter-sim), and is validated
-// against measured runs of the real MissScheduler.
+// their real costs), each finished entry is transferred to the combine, and the combine either
+// runs once after the last arrival or folds the prompt in steps as the entries arrive (the
+// streamed combine of gpu/runtime/fold.h, eagerly or only while a worker is idle). It predicts
+// cold TTFT for worker counts this machine does not have, from per-segment costs measured here
+// (hypic-bench scatter-sim), and is validated against measured runs of the real MissScheduler.
+//
+// Cores: with `cores` = 0 every worker and the combine run on a core (or device) of their own;
+// otherwise they share that many cores as a fluid (processor sharing: k runnable threads on
+// c < k cores each run at c/k speed), which is how a fold that runs while every core prefills
+// slows the workers down on a CPU machine.
 //
 // Transfer model: an entry of B bytes takes latency + B / bandwidth. Where the transport runs
 // on the worker's own thread (HostTransport), the copy occupies the worker; otherwise (NCCL,
@@ -34,16 +40,28 @@ struct TransferModel {
   bool on_worker = true;     // the copy occupies the worker (HostTransport) vs. a shared link
 };
 
+// One step of a streamed combine: it may start once the first `need` segments (in request
+// order) have arrived and the previous step is done, and takes `seconds` of one core.
+struct FoldStep {
+  size_t need = 0;
+  double seconds = 0.0;
+};
+
 struct SimOptions {
   int workers = 1;
   Policy policy = Policy::kLpt;
   TransferModel transfer;
   bool streamed = true;    // false: every transfer waits until all compute is done
-  double combine_s = 0.0;  // the combine (Compose) after the last arrival
+  double combine_s = 0.0;  // the one-shot combine after the last arrival (when `fold` is empty)
+  // The streamed combine's steps in prompt order; the last needs every segment.
+  std::vector<FoldStep> fold;
+  bool fold_when_idle =
+      false;      // steps start only while some worker is idle (FoldPolicy::kWhenIdle)
+  int cores = 0;  // 0: a core per thread; else the threads share this many cores
 };
 
 struct SimResult {
-  double ttft_s = 0.0;          // last arrival + combine
+  double ttft_s = 0.0;          // when the last combine step ended
   double compute_span_s = 0.0;  // when the last prefill finished
   double last_arrival_s = 0.0;
   std::vector<double> worker_busy_s;  // compute (+ on-worker copies) per worker

@@ -50,7 +50,11 @@ double ThreadCpuSeconds() {
 int HardwareThreads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
 
 WorkerPool::WorkerPool(std::vector<std::unique_ptr<Worker>> workers)
-    : workers_(std::move(workers)) {}
+    : workers_(std::move(workers)) {
+  for (const auto& w : workers_) {
+    if (w->context().kind == gpu::BackendKind::kCpu) cpu_threads_ += w->context().blas_threads;
+  }
+}
 
 Result<std::unique_ptr<WorkerPool>> WorkerPool::Create(const PoolOptions& options) {
   std::vector<std::unique_ptr<Worker>> workers;

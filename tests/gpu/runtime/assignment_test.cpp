@@ -98,11 +98,17 @@ TEST_CASE("LPT counts the work already queued on each worker") {
   Assignment a = Assign(costs, loads, Policy::kLpt);
   CHECK(a.worker == std::vector<int>{1, 1, 1});
   CHECK(Makespan(a, costs, loads) == doctest::Approx(10.0));
-  // Each worker runs its jobs longest first.
+  // Each worker runs its jobs in request order, whatever their costs.
   Assignment b = Assign(std::vector<double>{1, 5, 3, 4}, std::vector<double>{0, 0}, Policy::kLpt);
   // Greedy: 5 -> w0, 4 -> w1, 3 -> w1, 1 -> w0: loads 6 and 7, which no move or swap lowers.
-  CHECK(b.order[0] == std::vector<size_t>{1, 0});
-  CHECK(b.order[1] == std::vector<size_t>{3, 2});
+  CHECK(b.order[0] == std::vector<size_t>{0, 1});
+  CHECK(b.order[1] == std::vector<size_t>{2, 3});
+}
+
+TEST_CASE("LPT over equal costs deals the jobs out in prompt order, so early parts finish first") {
+  Assignment a = Assign(std::vector<double>(8, 1.0), std::vector<double>{0, 0}, Policy::kLpt);
+  CHECK(a.order[0] == std::vector<size_t>{0, 2, 4, 6});
+  CHECK(a.order[1] == std::vector<size_t>{1, 3, 5, 7});
 }
 
 TEST_CASE("round-robin and contiguous keep request order and rotate their first worker") {

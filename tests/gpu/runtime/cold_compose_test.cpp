@@ -1,5 +1,6 @@
-// The cold path on the real model (tiny preset): scattering the misses over P workers gives
-// bitwise the same logits as one worker and as prefilling the entries in place, concurrent
+// The cold path on the real model (tiny preset): scattering the misses over P workers and
+// folding them as they arrive gives bitwise the same logits as one worker, and within float
+// rounding those of prefilling the entries in place and composing at once; concurrent
 // cold requests sharing segments prefill each segment once, and errors reach the caller.
 #include <doctest/doctest.h>
 
@@ -102,13 +103,27 @@ double RelDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return diff / std::max(scale, 1e-30);
 }
 
+TEST_CASE("fold groups hold 1, 1, 2, 4, ... cached segments counted from the end") {
+  // A raw prefix, ten cached segments, a raw suffix.
+  std::vector<bool> cached(12, true);
+  cached[0] = cached[11] = false;
+  // Groups: [raw, s1, s2] [s3..s6] [s7, s8] [s9] [s10, suffix].
+  CHECK(FoldGroups(cached, 8) == std::vector<size_t>{0, 3, 7, 9, 10});
+  CHECK(FoldGroups({false}, 8) == std::vector<size_t>{0});
+  CHECK(FoldGroups({true}, 8) == std::vector<size_t>{0});
+  CHECK(FoldGroups({true, true, false}, 8) == std::vector<size_t>{0, 1});
+  // Seam 0: cached segments run no token, so a group of them alone joins the next one.
+  CHECK(FoldGroups({true, true, true, false}, 0) == std::vector<size_t>{0});
+  CHECK(FoldGroups({false, true, true, true, false}, 0) == std::vector<size_t>{0, 2});
+}
+
 TEST_CASE("a cold compose over P workers gives bitwise the logits of one worker") {
   auto m = TinyModel();
   // Skewed lengths, one shorter than the seam (it runs live and is no miss).
   const std::vector<uint32_t> lengths{70, 12, 33, 3, 48, 20, 9};
   auto prompt = Prompt(*m, lengths, 5);
 
-  // Reference: entries prefilled in place, then composed.
+  // Reference: entries prefilled in place, then composed in one shot.
   auto direct = prompt;
   CHECK_OK(m->PrefillEntries(direct, model::ComposeMode::kHypic, Seg()));
   auto expect = m->Compose(direct, Hypic());
@@ -116,28 +131,78 @@ TEST_CASE("a cold compose over P workers gives bitwise the logits of one worker"
 
   // (workers, BLAS threads in all). OpenBLAS's sums depend on its thread count, so runs are
   // bitwise equal at the same per-worker budget (1 thread), and equal to within float
-  // rounding otherwise.
-  std::vector<float> one_worker;
+  // rounding otherwise. The streamed folds (eager, idle) cut the prompt into the same groups
+  // whatever the worker count and the arrival order, so they agree bitwise with each other;
+  // the one-shot combine (end) rounds differently.
+  std::vector<float> streamed;
   for (auto [workers, threads] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{1, 2}}) {
-    CAPTURE(workers);
-    CAPTURE(threads);
-    Rig rig(workers, threads);
-    ColdComposeReport report;
-    auto got = ColdCompose(rig.scheduler, m, prompt, Hypic(), Seg(), Clock::now() + 60s, &report);
-    REQUIRE_OK(got);
-    REQUIRE(got->logits.size() == expect->logits.size());
-    if (one_worker.empty()) {
-      one_worker = got->logits;
-    } else if (threads == workers) {
-      CHECK(std::memcmp(got->logits.data(), one_worker.data(), one_worker.size() * sizeof(float)) ==
-            0);
+    for (FoldPolicy fold : {FoldPolicy::kEager, FoldPolicy::kWhenIdle, FoldPolicy::kAtEnd}) {
+      CAPTURE(workers);
+      CAPTURE(threads);
+      CAPTURE(FoldPolicyName(fold));
+      Rig rig(workers, threads);
+      ColdComposeReport report;
+      auto got =
+          ColdCompose(rig.scheduler, m, prompt, Hypic(), Seg(), Clock::now() + 60s, &report, fold);
+      REQUIRE_OK(got);
+      REQUIRE(got->logits.size() == expect->logits.size());
+      CHECK(RelDiff(got->logits, expect->logits) < 1e-5);
+      CHECK(got->live_tokens == expect->live_tokens);
+      CHECK(got->cached_tokens == expect->cached_tokens);
+      if (fold == FoldPolicy::kAtEnd) {
+        CHECK(report.fold_steps == 1);
+      } else {
+        // 6 cached segments: groups of 2 (with the raw prefix), 2, 1, 1 (with the suffix).
+        CHECK(report.fold_steps == 4);
+        if (streamed.empty()) {
+          streamed = got->logits;
+        } else if (threads == workers) {
+          CHECK(std::memcmp(got->logits.data(), streamed.data(), streamed.size() * sizeof(float)) ==
+                0);
+        }
+      }
+      CHECK(report.misses == lengths.size() - 1);
+      CHECK(report.miss.started == report.misses);
+      CHECK(report.total_s >= report.compose_s);
+      CHECK(rig.StoreCalls() == static_cast<int>(report.misses));
     }
-    CHECK(RelDiff(got->logits, expect->logits) < 1e-5);
-    CHECK(report.misses == lengths.size() - 1);
-    CHECK(report.miss.started == report.misses);
-    CHECK(report.total_s >= report.compose_s);
-    CHECK(rig.StoreCalls() == static_cast<int>(report.misses));
   }
+}
+
+TEST_CASE("the streamed combine returns the composed state; a warm request composes at once") {
+  auto m = TinyModel();
+  // First: the pool sets the process's BLAS thread count, which the direct Compose must share.
+  Rig rig(2);
+  auto prompt = Prompt(*m, {30, 25, 40}, 6);
+  int64_t tokens = 0;
+  for (const auto& p : prompt) tokens += static_cast<int64_t>(p.tokens.size());
+  model::ComposeOptions with_state = Hypic();
+  with_state.want_state = true;
+  auto direct = prompt;
+  CHECK_OK(m->PrefillEntries(direct, model::ComposeMode::kHypic, Seg()));
+  auto expect = m->Compose(direct, with_state);
+  REQUIRE_OK(expect);
+  ColdComposeReport report;
+  auto cold = ColdCompose(rig.scheduler, m, prompt, with_state, Seg(), Clock::now() + 60s, &report);
+  REQUIRE_OK(cold);
+  CHECK(report.fold_steps == 3);
+  CHECK(cold->state.n_positions == tokens);
+  REQUIRE(cold->state.layers.size() == expect->state.layers.size());
+  for (size_t l = 0; l < cold->state.layers.size(); ++l) {
+    const auto& a = cold->state.layers[l];
+    const auto& b = expect->state.layers[l];
+    CHECK(RelDiff(a.state, b.state) < 1e-5);
+    CHECK(RelDiff(a.k, b.k) < 1e-5);
+  }
+  // Every entry cached now: no misses, one Compose, bitwise the direct one.
+  ColdComposeReport warm_report;
+  auto warm =
+      ColdCompose(rig.scheduler, m, direct, Hypic(), Seg(), Clock::now() + 60s, &warm_report);
+  REQUIRE_OK(warm);
+  CHECK(warm_report.misses == 0);
+  CHECK(warm_report.fold_steps == 1);
+  CHECK(std::memcmp(warm->logits.data(), expect->logits.data(),
+                    expect->logits.size() * sizeof(float)) == 0);
 }
 
 // A job that holds its worker until the test opens the gate.

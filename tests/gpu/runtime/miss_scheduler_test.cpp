@@ -153,6 +153,49 @@ TEST_CASE("every miss is computed, stored once and delivered as a copy in submit
   CHECK(f.cost.observations() == 8);  // measured times calibrate the cost model
 }
 
+TEST_CASE("WaitFor follows the arrived prefix of the slots and can wait for an idle worker") {
+  Fixture f(2);
+  // Equal costs: slots 0 and 2 on worker 0 (in that order), slot 1 on worker 1.
+  Gate g0, g1, g2;
+  auto req = f.scheduler.Submit(
+      {f.rec.Job(0, 10, &g0), f.rec.Job(1, 10, &g1), f.rec.Job(2, 10, &g2)}, Far());
+  REQUIRE_OK(req);
+  MissRequest& r = **req;
+  CHECK(r.WaitFor(0).value() == 0);
+  g0.Open();
+  auto one = r.WaitFor(1);
+  REQUIRE_OK(one);
+  CHECK(*one == 1);
+  CHECK(HoldsKey(r.entry(0), 0));
+  // Worker 0 went on to slot 2 and worker 1 still holds slot 1: nobody is idle, so a wait for
+  // an idle worker blocks although the prefix is there.
+  WaitUntil([&] { return f.rec.started == 3; });
+  std::atomic<bool> returned{false};
+  size_t idle_prefix = 0;
+  std::thread waiter([&] {
+    auto got = r.WaitFor(1, /*idle_worker=*/true);
+    if (got.ok()) idle_prefix = *got;
+    returned = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  CHECK_FALSE(returned);
+  g1.Open();  // worker 1 delivers slot 1 and then has nothing to do
+  waiter.join();
+  CHECK(idle_prefix == 2);
+  g2.Open();
+  CHECK(r.WaitFor(3).value() == 3);
+  CHECK(r.WaitFor(7).value() == 3);  // clamped to the slots
+  for (uint64_t i = 0; i < 3; ++i) CHECK(HoldsKey(r.entry(i), i));
+}
+
+TEST_CASE("WaitFor returns the request's error") {
+  Fixture f(1);
+  auto req =
+      f.scheduler.Submit({f.rec.Job(1, 10), f.rec.Job(2, 10, nullptr, Internal("boom"))}, Far());
+  REQUIRE_OK(req);
+  CHECK((*req)->WaitFor(2).status().code() == StatusCode::kComputeFailed);
+}
+
 TEST_CASE("single-flight: concurrent requests sharing a missing key cause one prefill") {
   Fixture f(2);
   Gate gate;

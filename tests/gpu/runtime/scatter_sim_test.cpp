@@ -1,5 +1,6 @@
 // The scatter simulator agrees with the assignment arithmetic and models transfers as
-// documented: on-worker copies, a shared combine link, and the synchronous burst.
+// documented: on-worker copies, a shared combine link, and the synchronous burst; and the
+// streamed combine, on cores of its own or shared with the workers.
 #include "gpu/runtime/scatter_sim.h"
 
 #include <doctest/doctest.h>
@@ -71,6 +72,36 @@ TEST_CASE("assignment follows the estimates, the clock follows the real costs") 
   SimResult r = SimulateCold(segs, o);
   // LPT on estimates: jobs 1 and 2 first, one per worker; job 0 after one of them.
   CHECK(r.ttft_s == doctest::Approx(12.0));
+}
+
+TEST_CASE("a streamed combine folds while the rest computes; on shared cores it slows them") {
+  // Two workers: jobs 0 and 2 on one, 1 and 3 on the other; entries at t = 1 (0, 1) and 2.
+  auto segs = Segments({1, 1, 1, 1}, 0);
+  SimOptions o;
+  o.workers = 2;
+  o.combine_s = 0.5;
+  CHECK(SimulateCold(segs, o).ttft_s == doctest::Approx(2.5));  // one combine at the end
+  o.fold = {{2, 0.3}, {4, 0.2}};
+  // Own cores: the first step runs 1.0-1.3 beside the workers, the second 2.0-2.2.
+  SimResult own = SimulateCold(segs, o);
+  CHECK(own.compute_span_s == doctest::Approx(2.0));
+  CHECK(own.ttft_s == doctest::Approx(2.2));
+  // Two cores for three threads during the first step: each runs at 2/3 speed, so the step
+  // ends at 1.45, the workers at 1.45 + 0.7 = 2.15, and the last step at 2.35.
+  o.cores = 2;
+  SimResult shared = SimulateCold(segs, o);
+  CHECK(shared.compute_span_s == doctest::Approx(2.15));
+  CHECK(shared.ttft_s == doctest::Approx(2.35));
+  // Folding only while a worker is idle: no worker idles before 2.0, so both steps run then.
+  o.fold_when_idle = true;
+  SimResult idle = SimulateCold(segs, o);
+  CHECK(idle.compute_span_s == doctest::Approx(2.0));
+  CHECK(idle.ttft_s == doctest::Approx(2.5));
+  // One core: everything in sequence, whatever the policy.
+  o.workers = 1;
+  o.cores = 1;
+  o.fold_when_idle = false;
+  CHECK(SimulateCold(segs, o).ttft_s == doctest::Approx(4.5));
 }
 
 }  // namespace
