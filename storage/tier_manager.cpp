@@ -65,6 +65,9 @@ Result<std::unique_ptr<TierManager>> TierManager::Create(TierManagerOptions opti
     HYPIC_LOG_INFO("storage: index rebuilt from the ssd tier: {} entries, {} bytes",
                    m->items_.size(), ssd_tier->Usage());
   }
+  if (m->HasTier(TierKind::kSsd) && options.max_writeback_bytes > 0) {
+    m->writer_ = std::thread([raw = m.get()] { raw->WriterLoop(); });
+  }
   return m;
 }
 
@@ -72,7 +75,42 @@ TierManager::TierManager(TierManagerOptions options,
                          std::array<std::unique_ptr<Tier>, kNumTierKinds> tiers)
     : options_(options), tiers_(std::move(tiers)) {}
 
-TierManager::~TierManager() = default;
+TierManager::~TierManager() {
+  if (!writer_.joinable()) return;
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  writer_cv_.notify_one();
+  writer_.join();  // the loop empties the queue first: no demotion is lost
+}
+
+void TierManager::WriterLoop() {
+  for (;;) {
+    WriteBack wb;
+    {
+      MutexLock lock(&mu_);
+      writer_busy_ = false;
+      if (queue_.empty()) drained_cv_.notify_all();
+      // condition_variable_any unlocks and relocks mu_ itself, so the lock stays held here.
+      while (queue_.empty() && !stopping_) writer_cv_.wait(mu_);
+      if (queue_.empty()) return;  // stopping, and nothing left to write
+      wb = std::move(queue_.front());
+      queue_.pop_front();
+      queued_bytes_ -= wb.entry->info.bytes;
+      writer_busy_ = true;
+    }
+    const Status st = WriteToSsd(wb);
+    if (!st.ok()) {
+      HYPIC_LOG_DEBUG("storage: write-back of {} failed: {}", wb.key.ToHex(), st.ToString());
+    }
+  }
+}
+
+void TierManager::WaitForWriteBacks() {
+  MutexLock lock(&mu_);
+  while (!queue_.empty() || writer_busy_) drained_cv_.wait(mu_);
+}
 
 std::optional<TierKind> TierManager::Below(TierKind k) const {
   for (size_t i = Index(k) + 1; i < kNumTierKinds; ++i) {
@@ -225,12 +263,24 @@ Status TierManager::WriteToSsd(const WriteBack& wb) {
 
 Status TierManager::RunWriteBacks(std::vector<WriteBack> writes, const SegmentKey* watch) {
   Status result;
-  for (const WriteBack& wb : writes) {
-    Status st = WriteToSsd(wb);
-    if (!st.ok() && (watch == nullptr || wb.key == *watch)) {
-      HYPIC_LOG_DEBUG("storage: ssd write of {} failed: {}", wb.key.ToHex(), st.ToString());
+  for (WriteBack& wb : writes) {
+    const bool watched = watch != nullptr && wb.key == *watch;
+    if (!watched && writer_.joinable()) {
+      MutexLock lock(&mu_);
+      const uint64_t n = wb.entry->info.bytes;
+      if (queued_bytes_ + n <= options_.max_writeback_bytes) {
+        queued_bytes_ += n;
+        queue_.push_back(std::move(wb));
+        writer_cv_.notify_one();
+        continue;
+      }
     }
-    if (watch != nullptr && wb.key == *watch) result = st;
+    Status st = WriteToSsd(wb);
+    if (watched) {
+      result = st;
+    } else if (!st.ok()) {
+      HYPIC_LOG_DEBUG("storage: write-back of {} failed: {}", wb.key.ToHex(), st.ToString());
+    }
   }
   return result;
 }
@@ -488,6 +538,7 @@ EvictResult TierManager::Evict(const EvictRequest& request) {
 Status TierManager::Flush() {
   Tier* ssd = TierAt(TierKind::kSsd);
   if (ssd == nullptr) return Status::Ok();
+  WaitForWriteBacks();  // the queued demotions first: their items are skipped below
   std::vector<WriteBack> writes;
   {
     MutexLock lock(&mu_);

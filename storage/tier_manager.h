@@ -4,7 +4,10 @@
 //   the next slower tier when every entry there is pinned.
 // - Promotion on read: an SSD hit is copied into host RAM (and counted as a promotion).
 // - Demotion: an entry evicted from a memory tier is written back to the next slower tier when
-//   the admission policy allows (by default: only entries read at least once).
+//   the admission policy allows (by default: only entries read at least once). Write-backs to
+//   SSD run on a background writer thread, so the Get or Put that caused the eviction does not
+//   wait for the disk; until written, the bytes are served from memory. The queue is bounded
+//   (max_writeback_bytes): past the bound the evicting caller writes itself (backpressure).
 // - Eviction per tier, LRU or cost-aware (lowest (tokens x layers) x (hits+1) / bytes first);
 //   expired entries go first. Pinned entries are never evicted: explicit pins (Pin/Unpin) and
 //   in-flight pins (the PinSet that Probe returns).
@@ -14,16 +17,20 @@
 // Ownership: the manager owns its tiers. Get returns an EntryHandle that keeps the bytes alive
 // while the caller reads or sends them. Thread-safe, with many concurrent readers: one mutex
 // guards the index and the memory tiers' bookkeeping; SSD reads and writes (the slow I/O) run
-// outside it, so RAM hits never wait for the disk. Nothing throws.
+// outside it, so RAM hits never wait for the disk. Nothing throws. The destructor finishes the
+// queued write-backs before it returns.
 #pragma once
 
 #include <array>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -45,6 +52,9 @@ struct TierManagerOptions {
   uint32_t demote_min_hits = 1;
   // TTL for entries put without one; zero: no expiry.
   std::chrono::milliseconds default_ttl{0};
+  // Bytes of demotions that may wait for the background writer (held in memory meanwhile, on
+  // top of the memory tiers' capacity). Zero: every write-back runs on the evicting caller.
+  uint64_t max_writeback_bytes = uint64_t{256} << 20;
 };
 
 struct PutOptions {
@@ -149,6 +159,9 @@ class TierManager {
   // admin FLUSH). No-op without an SSD tier.
   Status Flush();
 
+  // Blocks until every queued write-back has been written (or has failed).
+  void WaitForWriteBacks() EXCLUDES(mu_);
+
   // Per present tier, fastest first.
   std::vector<TierStats> Stats() const;
 
@@ -219,10 +232,12 @@ class TierManager {
   void EraseIfEmptyLocked(std::unordered_map<SegmentKey, Item, SegmentKeyHasher>::iterator it)
       REQUIRES(mu_);
 
-  // Performs SSD writes outside the lock. Returns the status of the write of `watch` (the Put's
-  // own entry when it was placed on SSD), OK otherwise.
+  // Performs SSD writes outside the lock: the write of `watch` (the Put's own entry when it
+  // was placed on SSD) on the caller, whose status it returns (OK otherwise); the demotions on
+  // the writer thread while its queue has room, else on the caller.
   Status RunWriteBacks(std::vector<WriteBack> writes, const SegmentKey* watch) EXCLUDES(mu_);
   Status WriteToSsd(const WriteBack& wb) EXCLUDES(mu_);
+  void WriterLoop() EXCLUDES(mu_);
 
   void ReleasePins(const std::vector<std::pair<SegmentKey, uint64_t>>& pins) EXCLUDES(mu_);
   friend class PinSet;
@@ -236,6 +251,17 @@ class TierManager {
   uint64_t next_gen_ GUARDED_BY(mu_) = 1;
   uint64_t tick_ GUARDED_BY(mu_) = 0;
   uint64_t ssd_reserved_ GUARDED_BY(mu_) = 0;  // bytes of SSD writes in flight
+
+  // The background writer (present with an SSD tier): queue_ holds demotions not yet started;
+  // writer_busy_ is true while it writes one. writer_cv_ wakes it; drained_cv_ wakes
+  // WaitForWriteBacks when both are empty.
+  std::deque<WriteBack> queue_ GUARDED_BY(mu_);
+  uint64_t queued_bytes_ GUARDED_BY(mu_) = 0;
+  bool writer_busy_ GUARDED_BY(mu_) = false;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::condition_variable_any writer_cv_;
+  std::condition_variable_any drained_cv_;
+  std::thread writer_;
 };
 
 }  // namespace hypic::storage

@@ -111,6 +111,7 @@ TEST_CASE("LRU eviction demotes to SSD; an SSD hit is promoted back") {
   o.demote_min_hits = 0;  // admit every evicted entry to the SSD
   auto m = Manager(o, 3, Ssd(dir, 100 * EntrySize()));
   for (uint64_t s = 1; s <= 6; ++s) CHECK_OK(m->Put(EntryBytes(s)));
+  m->WaitForWriteBacks();  // demotions run on the writer thread
   SegmentKey keys[] = {KeyOf(1), KeyOf(2), KeyOf(3), KeyOf(4), KeyOf(5), KeyOf(6)};
   auto probe = m->Probe(keys, /*pin_hits=*/false);
   for (int i = 0; i < 3; ++i) CHECK(probe.tiers[i] == TierKind::kSsd);
@@ -118,6 +119,7 @@ TEST_CASE("LRU eviction demotes to SSD; an SSD hit is promoted back") {
   auto got = m->Get(KeyOf(1));
   REQUIRE_OK(got);
   CHECK(SameBytes(*got, *EntryBytes(1)));
+  m->WaitForWriteBacks();
   auto stats = m->Stats();
   CHECK(CountersOf(stats, TierKind::kSsd).hits == 1);
   CHECK(CountersOf(stats, TierKind::kHost).promotions == 1);
@@ -134,9 +136,45 @@ TEST_CASE("admission: by default only entries read at least once are demoted") {
   CHECK_OK(m->Get(KeyOf(2)));       // read once: admitted when evicted
   CHECK_OK(m->Put(EntryBytes(3)));  // evicts 1 (LRU, never read): dropped
   CHECK_OK(m->Put(EntryBytes(4)));  // evicts 2: demoted
+  m->WaitForWriteBacks();
   CHECK(m->Get(KeyOf(1)).status().code() == StatusCode::kNotFound);
   SegmentKey k2[] = {KeyOf(2)};
   CHECK(m->Probe(k2, false).tiers[0] == TierKind::kSsd);
+}
+
+TEST_CASE("write-backs: served from memory until written, finished by the destructor") {
+  TempDir dir;
+  TierManagerOptions o;
+  o.demote_min_hits = 0;
+  {
+    auto m = Manager(o, 2, Ssd(dir, 100 * EntrySize()));
+    for (uint64_t s = 1; s <= 8; ++s) CHECK_OK(m->Put(EntryBytes(s)));
+    // Whether or not the writer got to them yet, every demoted entry reads back intact.
+    for (uint64_t s = 1; s <= 6; ++s) {
+      auto got = m->Get(KeyOf(s));
+      REQUIRE_OK(got);
+      CHECK(SameBytes(*got, *EntryBytes(s)));
+    }
+  }  // no Flush: the destructor drains the queue
+  auto m = Manager(o, 2, Ssd(dir, 100 * EntrySize()));
+  for (uint64_t s = 1; s <= 6; ++s) {
+    CAPTURE(s);
+    auto got = m->Get(KeyOf(s));
+    REQUIRE_OK(got);
+    CHECK(SameBytes(*got, *EntryBytes(s)));
+  }
+}
+
+TEST_CASE("write-backs: with no queue (max_writeback_bytes = 0) the evicting caller writes") {
+  TempDir dir;
+  TierManagerOptions o;
+  o.demote_min_hits = 0;
+  o.max_writeback_bytes = 0;
+  auto m = Manager(o, 2, Ssd(dir, 100 * EntrySize()));
+  for (uint64_t s = 1; s <= 3; ++s) CHECK_OK(m->Put(EntryBytes(s)));
+  SegmentKey k1[] = {KeyOf(1)};
+  CHECK(m->Probe(k1, false).tiers[0] == TierKind::kSsd);  // already on SSD, no waiting
+  CHECK(CountersOf(m->Stats(), TierKind::kSsd).demotions == 1);
 }
 
 TEST_CASE("cost-aware eviction keeps the expensive entry, LRU keeps the recent one") {
@@ -229,6 +267,7 @@ TEST_CASE("evict by key, by tier and by bytes; pinned entries are skipped") {
   o.demote_min_hits = 0;
   auto m = Manager(o, 2, Ssd(dir, 100 * EntrySize()));
   for (uint64_t s = 1; s <= 4; ++s) CHECK_OK(m->Put(EntryBytes(s)));  // 1, 2 on SSD
+  m->WaitForWriteBacks();
   CHECK_OK(m->Pin(KeyOf(4)));
   auto r = m->Evict(Req([](EvictRequest& q) { q.tier = TierKind::kSsd; }));
   CHECK(r.entries == 2);
@@ -268,6 +307,7 @@ TEST_CASE("SSD placement, and HBM above host (CPU backend as the device)") {
   o.demote_min_hits = 0;
   auto m = Manager(o, 2, Ssd(dir, 100 * EntrySize()), std::move(*hbm));
   for (uint64_t s = 1; s <= 5; ++s) CHECK_OK(m->Put(EntryBytes(s)));
+  m->WaitForWriteBacks();
   SegmentKey keys[] = {KeyOf(1), KeyOf(2), KeyOf(3), KeyOf(4), KeyOf(5)};
   auto p = m->Probe(keys, false);
   CHECK(p.tiers[0] == TierKind::kSsd);
@@ -319,6 +359,7 @@ TEST_CASE("filling each tier to twice its capacity never exceeds it") {
       CHECK(st.counters.bytes <= st.counters.capacity);
     }
   }
+  (*m)->WaitForWriteBacks();
   auto stats = (*m)->Stats();
   REQUIRE(stats.size() == 3);
   for (const auto& st : stats) {
