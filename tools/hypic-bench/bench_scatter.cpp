@@ -3,14 +3,16 @@
 //
 //   cold         measured cold TTFT of one request (default 32 segments x 1024 tokens plus a
 //                suffix) through the real MissScheduler + ColdCompose with 1 and 2 CPU workers
-//                (one worker = one core: the process is pinned to as many cores as workers
-//                and BLAS runs single-threaded), speedup and efficiency; and the simulator's
-//                prediction of the same runs from a separate calibration, with its error.
-//   scatter-sim  the simulator at scale: TTFT for 1, 2, 4, 8 workers on the uniform request,
-//                and LPT against contiguous sharding and round-robin on a skewed length set,
-//                driven by per-segment prefill costs measured here plus a transfer model
-//                (the host copy measured here, or a link bandwidth given on the command line).
-#include <cblas.h>
+//                (one worker = one core: the process is pinned to as many cores as workers,
+//                BLAS and the model's own threads run one per worker, and the combine shares
+//                those cores), for each fold policy of the combine (eager, idle, end),
+//                speedup and efficiency; and the simulator's prediction of the same runs from
+//                a separate calibration, with its error.
+//   scatter-sim  the simulator at scale: TTFT for 1, 2, 4, 8 workers on the uniform request
+//                with the one-shot and the streamed combine, and LPT against contiguous
+//                sharding and round-robin on a skewed length set, driven by per-segment prefill
+//                costs and fold-step costs measured here plus a transfer model (the host copy
+//                measured here, or a link bandwidth given on the command line).
 #include <fmt/format.h>
 #include <sched.h>
 
@@ -18,15 +20,19 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
 #include <random>
 #include <vector>
 
+#include "gpu/model/cpu_kernels.h"
 #include "gpu/model/model.h"
+#include "gpu/runtime/fold.h"
 #include "gpu/runtime/model_jobs.h"
 #include "gpu/runtime/scatter_sim.h"
 #include "gpu/runtime/transport.h"
@@ -52,6 +58,8 @@ struct Options {
   double skew_sigma = 1.0;
   int skew_draws = 50;
   bool wide = true;  // cold: also time one worker with 2 BLAS threads
+  std::vector<std::string> folds = {"eager", "idle", "end"};  // cold: fold policies measured
+  bool combine_core = false;  // scatter-sim: the combine has a core of its own
 };
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -106,7 +114,8 @@ struct Calibration {
   double entry_bytes_fixed = 0.0;  // entry bytes = fixed + per_token * n
   double entry_bytes_per_token = 0.0;
   double copy_bytes_per_s = 0.0;
-  double compose_s = 0.0;                           // the combine of the full request
+  double compose_s = 0.0;                           // the one-shot combine of the full request
+  std::vector<runtime::FoldStep> fold;              // its streamed combine, step by step
   std::vector<std::pair<uint32_t, double>> points;  // (tokens, median seconds)
 };
 
@@ -184,11 +193,41 @@ Result<Calibration> Calibrate(const std::shared_ptr<const model::Model>& m, cons
     compose.push_back(runtime::ThreadCpuSeconds() - c0);
   }
   cal.compose_s = Median(compose);
+  // The streamed combine of the same request: ColdCompose's fold groups, one ComposeAfter each.
+  std::vector<bool> cached(parts.size(), true);
+  cached.back() = false;
+  const std::vector<size_t> cuts = runtime::FoldGroups(cached, o.seam);
+  std::vector<std::vector<double>> steps(cuts.size());
+  for (int r = 0; r < std::max(2, o.reps); ++r) {
+    model::ModelState state = m->EmptyState();
+    for (size_t g = 0; g < cuts.size(); ++g) {
+      const bool last = g + 1 == cuts.size();
+      const size_t end = last ? parts.size() : cuts[g + 1];
+      model::ComposeOptions step = co;
+      step.want_logits = last;
+      const double c0 = runtime::ThreadCpuSeconds();
+      HYPIC_RETURN_IF_ERROR(
+          m->ComposeAfter(state, std::span(parts).subspan(cuts[g], end - cuts[g]), step).status());
+      steps[g].push_back(runtime::ThreadCpuSeconds() - c0);
+    }
+  }
+  std::string shown;
+  double fold_sum = 0.0;
+  for (size_t g = 0; g < cuts.size(); ++g) {
+    const bool last = g + 1 == cuts.size();
+    // Segments are parts [0, segments): a step needs every segment before its end.
+    const size_t end = last ? parts.size() : cuts[g + 1];
+    cal.fold.push_back({std::min(end, static_cast<size_t>(o.segments)), Median(steps[g])});
+    fold_sum += cal.fold.back().seconds;
+    shown += fmt::format(" {:.0f}", 1e3 * cal.fold.back().seconds);
+  }
   fmt::print(
       "  fit (CPU): {:.4f} + {:.4f} u + {:.4f} u^2 s (u = tokens/1024); entry {:.0f} + {:.0f} "
-      "B/token; host copy {:.2f} GB/s; combine ({} segments + {} suffix) CPU {:.1f} ms\n",
+      "B/token; host copy {:.2f} GB/s; combine ({} segments + {} suffix) CPU {:.1f} ms at once, "
+      "{:.1f} ms in {} fold steps (ms:{})\n",
       cal.cost.c, cal.cost.a, cal.cost.b, cal.entry_bytes_fixed, cal.entry_bytes_per_token,
-      cal.copy_bytes_per_s / 1e9, o.segments, o.suffix, 1e3 * cal.compose_s);
+      cal.copy_bytes_per_s / 1e9, o.segments, o.suffix, 1e3 * cal.compose_s, 1e3 * fold_sum,
+      cal.fold.size(), shown);
   return cal;
 }
 
@@ -208,12 +247,16 @@ std::vector<runtime::SimSegment> SimSegments(const Calibration& cal,
   return s;
 }
 
+// `cores`: 0 = the combine on a core of its own; else workers and combine share that many.
 runtime::SimOptions SimOpts(const Calibration& cal, const Options& o, int workers,
-                            runtime::Policy policy) {
+                            runtime::Policy policy, runtime::FoldPolicy fold, int cores) {
   runtime::SimOptions so;
   so.workers = workers;
   so.policy = policy;
   so.combine_s = cal.compose_s;
+  if (fold != runtime::FoldPolicy::kAtEnd) so.fold = cal.fold;
+  so.fold_when_idle = fold == runtime::FoldPolicy::kWhenIdle;
+  so.cores = cores;
   if (o.link_gbps > 0.0) {
     so.transfer = runtime::TransferModel{10e-6, o.link_gbps * 1e9, false};
   } else {
@@ -256,9 +299,9 @@ int RunSim(const Options& o) {
     fmt::print(stderr, "error: {}\n", m.status().ToString());
     return kExitUnavailable;
   }
-  // Calibration = one worker on one core: pinned, single-threaded BLAS.
+  // Calibration = one worker on one core: pinned, one compute thread (BLAS and the model's).
   PinToCpus(1);
-  openblas_set_num_threads(1);
+  model::SetComputeThreads(1);
   auto cal = Calibrate(*m, o);
   if (!cal.ok()) {
     fmt::print(stderr, "error: {}\n", cal.status().ToString());
@@ -266,17 +309,28 @@ int RunSim(const Options& o) {
   }
   const std::vector<uint32_t> uniform(static_cast<size_t>(o.segments), o.segment_len);
   auto segs = SimSegments(*cal, uniform);
-  fmt::print("\nsimulated cold TTFT, {} x {} tokens, LPT, {}:\n", o.segments, o.segment_len,
+  // One core per worker; the combine shares them unless it has a core of its own.
+  auto cores = [&](int w) { return o.combine_core ? 0 : w; };
+  fmt::print("\nsimulated cold TTFT, {} x {} tokens, LPT, {}, combine {}:\n", o.segments,
+             o.segment_len,
              o.link_gbps > 0 ? fmt::format("{} GB/s shared link", o.link_gbps)
-                             : std::string("host copy on the worker"));
-  fmt::print("  {:>7} {:>10} {:>8} {:>10}\n", "workers", "TTFT ms", "speedup", "efficiency");
+                             : std::string("host copy on the worker"),
+             o.combine_core ? "on a core of its own" : "sharing the workers' cores");
+  fmt::print("  {:>7} {:>13} {:>13} {:>8} {:>10}\n", "workers", "at end ms", "streamed ms",
+             "speedup", "efficiency");
   double t1 = 0.0;
   bool ok = true;
+  using runtime::FoldPolicy;
   for (int w : o.workers) {
-    auto r = runtime::SimulateCold(segs, SimOpts(*cal, o, w, runtime::Policy::kLpt));
-    if (w == 1) t1 = r.ttft_s;
-    double speedup = t1 > 0 ? t1 / r.ttft_s : 0.0;
-    fmt::print("  {:>7} {:>10.1f} {:>8.2f} {:>10.2f}\n", w, 1e3 * r.ttft_s, speedup, speedup / w);
+    const auto at_end = runtime::SimulateCold(
+        segs, SimOpts(*cal, o, w, runtime::Policy::kLpt, FoldPolicy::kAtEnd, cores(w)));
+    const auto eager = runtime::SimulateCold(
+        segs, SimOpts(*cal, o, w, runtime::Policy::kLpt, FoldPolicy::kEager, cores(w)));
+    // Against the better 1-worker combine.
+    if (w == 1) t1 = std::min(at_end.ttft_s, eager.ttft_s);
+    double speedup = t1 > 0 ? t1 / eager.ttft_s : 0.0;
+    fmt::print("  {:>7} {:>13.1f} {:>13.1f} {:>8.2f} {:>10.2f}\n", w, 1e3 * at_end.ttft_s,
+               1e3 * eager.ttft_s, speedup, speedup / w);
     if (w == 8) ok = ok && speedup / w >= 0.75;
   }
 
@@ -290,17 +344,20 @@ int RunSim(const Options& o) {
              "round-robin ms", "contig/LPT", "mean contig/LPT");
   for (int w : o.workers) {
     if (w == 1) continue;
+    // The streamed combine with the uniform request's fold-step costs (same segment count,
+    // so the same groups; the steps' attention work moves with the lengths, which is ignored).
+    auto ttft = [&](const std::vector<runtime::SimSegment>& sk, runtime::Policy policy) {
+      return runtime::SimulateCold(sk, SimOpts(*cal, o, w, policy, FoldPolicy::kEager, cores(w)))
+          .ttft_s;
+    };
     auto sk = SimSegments(*cal, skew);
-    double lpt = runtime::SimulateCold(sk, SimOpts(*cal, o, w, runtime::Policy::kLpt)).ttft_s;
-    double cont =
-        runtime::SimulateCold(sk, SimOpts(*cal, o, w, runtime::Policy::kContiguous)).ttft_s;
-    double rr = runtime::SimulateCold(sk, SimOpts(*cal, o, w, runtime::Policy::kRoundRobin)).ttft_s;
+    double lpt = ttft(sk, runtime::Policy::kLpt);
+    double cont = ttft(sk, runtime::Policy::kContiguous);
+    double rr = ttft(sk, runtime::Policy::kRoundRobin);
     double ratio_sum = 0.0;
     for (int d = 0; d < o.skew_draws; ++d) {
       auto draw = SimSegments(*cal, SkewedLengths(o, o.seed + 1 + static_cast<uint64_t>(d)));
-      ratio_sum +=
-          runtime::SimulateCold(draw, SimOpts(*cal, o, w, runtime::Policy::kContiguous)).ttft_s /
-          runtime::SimulateCold(draw, SimOpts(*cal, o, w, runtime::Policy::kLpt)).ttft_s;
+      ratio_sum += ttft(draw, runtime::Policy::kContiguous) / ttft(draw, runtime::Policy::kLpt);
     }
     fmt::print("  {:>7} {:>10.1f} {:>14.1f} {:>14.1f} {:>12.2f} {:>18.2f}\n", w, 1e3 * lpt,
                1e3 * cont, 1e3 * rr, cont / lpt, ratio_sum / o.skew_draws);
@@ -315,11 +372,12 @@ struct ColdRun {
   double wall_s = 0.0;      // measured TTFT
   double cpu_ttft_s = 0.0;  // the busiest worker's CPU time + the combine thread's CPU time
   double process_cpu_s = 0.0;
+  double tail_s = 0.0;  // the combine left after the last arrival
 };
 
 // One cold request through the real scheduler with `workers` CPU workers (one core each).
 Result<ColdRun> MeasureCold(const std::shared_ptr<const model::Model>& m, const Options& o,
-                            int workers, int blas_threads, int rep) {
+                            int workers, int blas_threads, runtime::FoldPolicy fold, int rep) {
   HYPIC_ASSIGN_OR_RETURN(auto pool, runtime::WorkerPool::Create(runtime::PoolOptions{
                                         gpu::BackendKind::kCpu, workers, blas_threads}));
   runtime::HostTransport transport;
@@ -341,15 +399,16 @@ Result<ColdRun> MeasureCold(const std::shared_ptr<const model::Model>& m, const 
   co.seam_w = o.seam;
   model::SegmentOptions so;
   so.seam_w = o.seam;
-  so.name_space = fmt::format("cold-{}-{}", workers, rep);
+  so.name_space = fmt::format("cold-{}-{}-{}", workers, runtime::FoldPolicyName(fold), rep);
   runtime::ColdComposeReport report;
   const double process0 = CpuSeconds();
   const double main0 = runtime::ThreadCpuSeconds();
   HYPIC_RETURN_IF_ERROR(runtime::ColdCompose(scheduler, m, std::move(parts), co, so,
-                                             Clock::now() + std::chrono::hours(1), &report)
+                                             Clock::now() + std::chrono::hours(1), &report, fold)
                             .status());
   ColdRun run;
   run.wall_s = report.total_s;
+  run.tail_s = report.compose_s;
   run.process_cpu_s = CpuSeconds() - process0;
   const auto& per_worker = report.miss.worker_cpu_s;
   run.cpu_ttft_s = *std::max_element(per_worker.begin(), per_worker.end()) +
@@ -357,25 +416,39 @@ Result<ColdRun> MeasureCold(const std::shared_ptr<const model::Model>& m, const 
   std::string workers_cpu;
   for (double c : per_worker) workers_cpu += fmt::format(" {:.1f}", c);
   fmt::print(
-      "  {} worker(s), {} BLAS thread(s) in all, rep {}: TTFT {:.1f} ms (last entry at {:.1f} ms, "
-      "transfers {:.1f} ms summed, combine {:.1f} ms); worker CPU s:{}; CPU TTFT {:.1f} ms; "
-      "process CPU {:.1f} s = {:.2f} cores busy\n",
-      workers, blas_threads, rep, 1e3 * report.total_s, 1e3 * report.miss.last_arrival_s,
-      1e3 * report.miss.transfer_s, 1e3 * report.compose_s, workers_cpu, 1e3 * run.cpu_ttft_s,
+      "  {} worker(s), {} BLAS thread(s) in all, fold {}, rep {}: TTFT {:.1f} ms (last entry at "
+      "{:.1f} ms, transfers {:.1f} ms summed, {} fold steps {:.1f} ms, combine after the last "
+      "entry {:.1f} ms); worker CPU s:{}; CPU TTFT {:.1f} ms; process CPU {:.1f} s = {:.2f} "
+      "cores busy\n",
+      workers, blas_threads, runtime::FoldPolicyName(fold), rep, 1e3 * report.total_s,
+      1e3 * report.miss.last_arrival_s, 1e3 * report.miss.transfer_s, report.fold_steps,
+      1e3 * report.fold_s, 1e3 * report.compose_s, workers_cpu, 1e3 * run.cpu_ttft_s,
       run.process_cpu_s, run.process_cpu_s / report.total_s);
   return run;
 }
 
 int RunCold(const Options& o) {
+  std::vector<runtime::FoldPolicy> folds;
+  for (const std::string& name : o.folds) {
+    auto fold = runtime::ParseFoldPolicy(name);
+    if (!fold) {
+      fmt::print(stderr, "error: unknown fold policy '{}' (want eager, idle or end)\n", name);
+      return kExitBadInput;
+    }
+    folds.push_back(*fold);
+  }
   auto m = Load(o);
   if (!m.ok()) {
     fmt::print(stderr, "error: {}\n", m.status().ToString());
     return kExitUnavailable;
   }
+  double load[3] = {};
+  if (getloadavg(load, 3) == 3)
+    fmt::print("load average at start: {:.2f} {:.2f} {:.2f}\n", load[0], load[1], load[2]);
   // The simulator's inputs come from a separate calibration, so its error below is a real
-  // prediction error. Calibration = one worker on one core: pinned, single-threaded BLAS.
+  // prediction error. Calibration = one worker on one core: pinned, one compute thread.
   PinToCpus(1);
-  openblas_set_num_threads(1);
+  model::SetComputeThreads(1);
   auto cal = Calibrate(*m, o);
   if (!cal.ok()) {
     fmt::print(stderr, "error: {}\n", cal.status().ToString());
@@ -386,62 +459,81 @@ int RunCold(const Options& o) {
 
   fmt::print("\nmeasured cold TTFT, {} x {} tokens + {} suffix, seam {}:\n", o.segments,
              o.segment_len, o.suffix, o.seam);
-  std::vector<ColdRun> runs;
   auto median_run = [](std::vector<ColdRun> v) {
     std::sort(v.begin(), v.end(), [](auto& x, auto& y) { return x.wall_s < y.wall_s; });
     return v[v.size() / 2];
   };
-  for (int w : {1, 2}) {
-    if (!PinToCpus(w)) {
-      fmt::print(stderr, "error: cannot pin to {} CPUs\n", w);
-      return kExitUnavailable;
-    }
-    std::vector<ColdRun> reps;
-    for (int r = 0; r < o.reps; ++r) {
-      auto run = MeasureCold(*m, o, w, w, r);
-      if (!run.ok()) {
-        fmt::print(stderr, "error: {}\n", run.status().ToString());
-        return kExitFailure;
+  // runs[f][w - 1]: fold policy f with w workers. Repetitions interleave the configurations,
+  // so a change in the machine's load spreads over all of them.
+  std::vector<std::vector<std::vector<ColdRun>>> reps(folds.size(),
+                                                      std::vector<std::vector<ColdRun>>(2));
+  for (int r = 0; r < o.reps; ++r) {
+    for (size_t f = 0; f < folds.size(); ++f) {
+      for (int w : {1, 2}) {
+        if (!PinToCpus(w)) {
+          fmt::print(stderr, "error: cannot pin to {} CPUs\n", w);
+          return kExitUnavailable;
+        }
+        auto run = MeasureCold(*m, o, w, w, folds[f], r);
+        if (!run.ok()) {
+          fmt::print(stderr, "error: {}\n", run.status().ToString());
+          return kExitFailure;
+        }
+        reps[f][static_cast<size_t>(w - 1)].push_back(*run);
       }
-      reps.push_back(*run);
     }
-    runs.push_back(median_run(reps));
   }
   // For context: a single worker that uses both cores through BLAS threads.
   std::vector<ColdRun> wide;
   for (int r = 0; r < (o.wide ? o.reps : 0); ++r) {
-    auto run = MeasureCold(*m, o, 1, 2, r);
+    auto run = MeasureCold(*m, o, 1, 2, folds.front(), r);
     if (!run.ok()) {
       fmt::print(stderr, "error: {}\n", run.status().ToString());
       return kExitFailure;
     }
     wide.push_back(*run);
   }
+  if (getloadavg(load, 3) == 3)
+    fmt::print("load average at the end: {:.2f} {:.2f} {:.2f}\n", load[0], load[1], load[2]);
 
-  fmt::print("\n  {:>26} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "", "wall TTFT", "cores busy",
-             "CPU TTFT", "simulated", "sim error");
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const int w = static_cast<int>(i) + 1;
-    const double sim =
-        runtime::SimulateCold(segs, SimOpts(*cal, o, w, runtime::Policy::kLpt)).ttft_s;
-    fmt::print("  {:>26} {:>9.1f}ms {:>11.2f} {:>9.1f}ms {:>9.1f}ms {:>+10.1f}%\n",
-               fmt::format("{} worker(s), 1 core each", w), 1e3 * runs[i].wall_s,
-               runs[i].process_cpu_s / runs[i].wall_s, 1e3 * runs[i].cpu_ttft_s, 1e3 * sim,
-               100.0 * (sim - runs[i].cpu_ttft_s) / runs[i].cpu_ttft_s);
+  fmt::print("\n  {:>32} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "", "wall TTFT",
+             "tail", "cores busy", "CPU TTFT", "simulated", "vs wall", "vs CPU");
+  double t1 = std::numeric_limits<double>::infinity();
+  for (size_t f = 0; f < folds.size(); ++f) t1 = std::min(t1, median_run(reps[f][0]).wall_s);
+  bool ok = false;
+  for (size_t f = 0; f < folds.size(); ++f) {
+    for (int w : {1, 2}) {
+      const ColdRun run = median_run(reps[f][static_cast<size_t>(w - 1)]);
+      // The workers' cores are the process's cores: the combine shares them.
+      const double sim =
+          runtime::SimulateCold(segs, SimOpts(*cal, o, w, runtime::Policy::kLpt, folds[f], w))
+              .ttft_s;
+      fmt::print(
+          "  {:>32} {:>9.1f}ms {:>9.1f}ms {:>11.2f} {:>9.1f}ms {:>9.1f}ms {:>+10.1f}% "
+          "{:>+10.1f}%\n",
+          fmt::format("{} worker(s), fold {}", w, runtime::FoldPolicyName(folds[f])),
+          1e3 * run.wall_s, 1e3 * run.tail_s, run.process_cpu_s / run.wall_s, 1e3 * run.cpu_ttft_s,
+          1e3 * sim, 100.0 * (sim - run.wall_s) / run.wall_s,
+          100.0 * (sim - run.cpu_ttft_s) / run.cpu_ttft_s);
+    }
   }
   if (!wide.empty()) {
     const ColdRun w = median_run(wide);
-    fmt::print("  {:>26} {:>9.1f}ms {:>11.2f}\n", "1 worker, 2 BLAS threads", 1e3 * w.wall_s,
-               w.process_cpu_s / w.wall_s);
+    fmt::print("  {:>32} {:>9.1f}ms {:>9.1f}ms {:>11.2f}\n", "1 worker, 2 BLAS threads",
+               1e3 * w.wall_s, 1e3 * w.tail_s, w.process_cpu_s / w.wall_s);
   }
-  const double wall_eff = runs[0].wall_s / runs[1].wall_s / 2.0;
-  const double cpu_eff = runs[0].cpu_ttft_s / runs[1].cpu_ttft_s / 2.0;
   fmt::print(
-      "\n  2 workers against 1: speedup wall {:.2f}x, CPU-time {:.2f}x; efficiency wall {:.2f} "
-      "(valid only when both runs had their cores: see 'cores busy'), CPU-time {:.2f}; "
-      "target >= 0.85\n",
-      2.0 * wall_eff, 2.0 * cpu_eff, wall_eff, cpu_eff);
-  return std::max(wall_eff, cpu_eff) >= 0.85 ? kExitOk : kExitFailure;
+      "\n  2 workers against the best 1-worker run ({:.1f} ms), wall time (valid when both "
+      "runs had their cores: see 'cores busy'); target >= 0.85:\n",
+      1e3 * t1);
+  for (size_t f = 0; f < folds.size(); ++f) {
+    const double t2 = median_run(reps[f][1]).wall_s;
+    const double eff = t1 / t2 / 2.0;
+    ok = ok || eff >= 0.85;
+    fmt::print("    fold {:<6} speedup {:.2f}x, efficiency {:.3f}\n",
+               runtime::FoldPolicyName(folds[f]), t1 / t2, eff);
+  }
+  return ok ? kExitOk : kExitFailure;
 }
 
 void AddCommon(CLI::App& sub, Options& o) {
@@ -466,6 +558,8 @@ const bool kColdRegistered = RegisterSubcommand(
       auto o = std::make_shared<Options>();
       AddCommon(sub, *o);
       sub.add_flag("!--no-wide", o->wide, "skip the 1-worker, 2-BLAS-thread run");
+      sub.add_option("--fold", o->folds, "fold policies of the combine (eager, idle, end)")
+          ->delimiter(',');
       return [o] { return RunCold(*o); };
     });
 
@@ -477,6 +571,8 @@ const bool kSimRegistered = RegisterSubcommand(
       sub.add_option("--workers", o->workers, "worker counts to simulate")->delimiter(',');
       sub.add_option("--skew-sigma", o->skew_sigma, "log-normal sigma of the skewed lengths");
       sub.add_option("--skew-draws", o->skew_draws, "skewed draws averaged");
+      sub.add_flag("--combine-core", o->combine_core,
+                   "the combine has a core of its own (else it shares the workers' cores)");
       return [o] { return RunSim(*o); };
     });
 
