@@ -27,15 +27,13 @@ TEST_CASE("hypic-bench trace: four modes side by side on a live daemon") {
   const std::string bin_dir = std::getenv("HYPIC_BIN_DIR");
   const auto out_dir = std::filesystem::path((*daemon)->data_dir()) / "trace-out";
   const auto json_path = std::filesystem::path((*daemon)->data_dir()) / "trace.json";
-  // The daemon's builtin:tiny lives in <bin>/../e2e-models (tests/e2e/daemon.cpp); the
-  // in-process prefix cache loads the same model from there.
   const std::string cmd = fmt::format(
-      "{}/hypic-bench trace --port {} --model builtin:tiny --model-cache-dir {}/../e2e-models "
-      "--vocab 256 --docs 12 --doc-len-median 40 --doc-len-min 16 --doc-len-max 64 "
+      "{}/hypic-bench trace --port {} --vocab 256 --docs 12 --doc-len-median 40 --doc-len-min 16 "
+      "--doc-len-max 64 "
       "--docs-min 2 --docs-max 4 --query-min 4 --query-max 8 --zipf 1.2 --requests 16 "
       "--warmup 3 --prewarm --qps 20 --workers 2 --seed 3 --slo-ms 5000 --max-probes 1 --json "
       "--out {} > {}",
-      bin_dir, (*daemon)->port(), bin_dir, out_dir.string(), json_path.string());
+      bin_dir, (*daemon)->port(), out_dir.string(), json_path.string());
   const int rc = std::system(cmd.c_str());
   REQUIRE(WIFEXITED(rc));
   REQUIRE(WEXITSTATUS(rc) == 0);
@@ -54,10 +52,14 @@ TEST_CASE("hypic-bench trace: four modes side by side on a live daemon") {
     CHECK(m["failed"] == 0);
     CHECK(m["ttft_s"]["p50"].get<double>() > 0);
     CHECK(m["prompt_tokens"].get<uint64_t>() > 0);
-    // One SLO probe, on a fresh window of requests.
-    REQUIRE(m["probes"].size() == 1);
-    CHECK(m["probes"][0]["qps"].get<double>() > 0);
+    // The measured run is the first SLO probe; one more ran on a fresh window of requests.
+    REQUIRE(m["probes"].size() == 2);
+    CHECK(m["probes"][0]["qps"].get<double>() == 20.0);
+    CHECK(m["probes"][1]["qps"].get<double>() > 0);
     CHECK(m.contains("sustainable_qps"));
+    // Every mode went through the daemon's protocol.
+    CHECK(m["bytes_sent"].get<uint64_t>() > 0);
+    CHECK(m["bytes_received"].get<uint64_t>() > 0);
   }
   // full keeps nothing; the PIC modes hit the popular documents the warm-up cached.
   CHECK(modes["full"]["reused_tokens"] == 0);
@@ -68,9 +70,14 @@ TEST_CASE("hypic-bench trace: four modes side by side on a live daemon") {
     CHECK(modes[pic]["reused_tokens"].get<uint64_t>() > 0);
     CHECK(modes[pic]["bytes_sent"].get<uint64_t>() > 0);
   }
-  // Random order defeats a prefix cache: it reuses far fewer documents than hypic.
-  const uint64_t prefix_reused = modes["prefix"]["parts"].value("prefix:reused", 0);
+  // The daemon's prefix cache restored the prewarmed first documents (host hits), but random
+  // order defeats it: it reuses far fewer documents than hypic.
+  const uint64_t prefix_reused = modes["prefix"]["parts"].value("hit:host", 0);
+  CHECK(prefix_reused > 0);
   CHECK(prefix_reused < modes["hypic"]["parts"].value("hit:host", 0));
+  CHECK(modes["prefix"]["parts"].value("miss", 0) > 0);
+  // Its counters come from the daemon's STATS, with nothing evicted at the default capacity.
+  CHECK(modes["prefix"]["note"].get<std::string>().find(" 0 evicted") != std::string::npos);
 
   for (const char* f : {"report.json", "summary.csv", "ttft.csv", "ttft_cdf.gp"}) {
     CHECK(std::filesystem::exists(out_dir / f));

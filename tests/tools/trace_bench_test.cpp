@@ -96,6 +96,41 @@ TEST_CASE("QPS search: halves when the start rate already misses; 0 when nothing
   CHECK(never->probes.size() == 6);
 }
 
+TEST_CASE("QPS search: known probes seed the bracket and save probes") {
+  // The measured run passed at 2 and failed at 32: no doubling from 2 is needed.
+  const std::vector<QpsProbe> known = {{2.0, QueueP99(2.0).value(), true}, {32.0, kInf, false}};
+  std::vector<double> asked;
+  auto r = SearchSustainableQps(
+      1.0, 1.0, 3, 0.05,
+      [&](double qps) -> Result<double> {
+        asked.push_back(qps);
+        return QueueP99(qps);
+      },
+      known);
+  REQUIRE_OK(r);
+  REQUIRE(asked.size() == 3);               // all three probes bisect
+  CHECK(asked[0] == doctest::Approx(8.0));  // sqrt(2 * 32)
+  CHECK(r->probes.size() == 5);
+  CHECK(r->probes[0].qps == 2.0);
+  CHECK(asked[1] == doctest::Approx(16.0));                   // 8 passed: sqrt(8 * 32)
+  CHECK(asked[2] == doctest::Approx(std::sqrt(8.0 * 16.0)));  // 16 failed
+  CHECK(r->sustainable_qps == doctest::Approx(8.0));
+  // A start below the known passing rate moves above it instead of re-measuring it.
+  asked.clear();
+  const std::vector<QpsProbe> passed = {{2.0, QueueP99(2.0).value(), true}};
+  auto up = SearchSustainableQps(
+      1.0, 1.0, 1, 0.05,
+      [&](double qps) -> Result<double> {
+        asked.push_back(qps);
+        return QueueP99(qps);
+      },
+      passed);
+  REQUIRE_OK(up);
+  REQUIRE(asked.size() == 1);
+  CHECK(asked[0] == 4.0);
+  CHECK(up->sustainable_qps == 4.0);
+}
+
 TEST_CASE("QPS search: a failing probe stops it with that error") {
   int calls = 0;
   auto r = SearchSustainableQps(1.0, 1.0, 10, 0.05, [&](double) -> Result<double> {

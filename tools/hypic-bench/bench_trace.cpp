@@ -1,35 +1,37 @@
 // `hypic-bench trace`: a RAG-like request stream (trace_workload.h) driven side by side through
-// every mode, same trace and seed, in one run (issue 8):
-//   full    COMPOSE mode full on hypicd (no cache: every token is prefilled)
-//   prefix  the prefix-cache baseline (gpu/model/prefix_cache.h), run IN THIS PROCESS on the
-//           same model: hypicd does not serve it (it is a baseline, not a product mode); its
-//           concurrency is capped at the daemon's compute workers so it gets no more compute
-//   naive   COMPOSE mode naive on hypicd (PIC, states added without T)
-//   hypic   COMPOSE mode hypic on hypicd
+// every mode, same trace and seed, in one run, all through hypicd's COMPOSE (issue 8):
+//   full    mode full (no cache: every token is prefilled)
+//   prefix  mode prefix: the daemon's prefix-cache baseline (gpu/model/prefix_cache.h), which
+//           reuses the longest cached prefix of whole parts and checkpoints every part boundary
+//   naive   mode naive (PIC, states added without T)
+//   hypic   mode hypic
 // Per mode: with --prewarm every initial document is first cached on its own (what an operator's
 // corpus warm-up gives each kind of cache); the first --warmup requests run one by one,
 // untimed, so each cache learns from the same traffic; then the measured requests run open loop
 // (trace_driver.h) at --qps with TTFT timed from each request's scheduled start. --slo-ms then
-// searches the highest offered QPS whose p99 TTFT meets the SLO; each probe serves a fresh window
-// of as many requests as the measured run, from the same trace, since replaying the measured
-// requests would hand the prefix cache exact repeats (caches stay warm between probes, as in
-// steady state). Each daemon mode uses its own namespace, so no mode reuses another's entries.
+// searches the highest offered QPS whose p99 TTFT meets the SLO. The measured run is its first
+// probe; the next starts near the capacity its service times imply. Each probe serves a fresh
+// window of requests from the same trace (replaying the measured requests would hand the prefix
+// cache exact repeats), at least as many as the measured run and, with --probe-window-s, enough
+// to span that long (a backlog needs time to exceed a long SLO); caches stay warm between
+// probes, as in steady state. Each mode uses its own namespace, so no mode reuses another's
+// entries or checkpoints.
 //
 // Output: a table (stdout), --json, and with --out DIR: report.json, CSV files and gnuplot PNGs.
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
-#include <condition_variable>
+#include <cmath>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
 #include <sstream>
 
 #include "client/client.h"
-#include "core/thread_annotations.h"
-#include "gpu/model/model.h"
-#include "gpu/model/prefix_cache.h"
 #include "protocol/messages.h"
 #include "tools/common/subcommand.h"
 #include "tools/hypic-bench/trace_driver.h"
@@ -52,9 +54,8 @@ struct Options {
   double slo_ms = 0;
   int max_probes = 8;
   double probe_tolerance = 0.15;
-  std::string model = "builtin:small";
-  std::string model_cache_dir = "/tmp/hypic-models";
-  uint64_t prefix_capacity = uint64_t{8} << 30;
+  double probe_window_s = 0;
+  uint32_t probe_max_requests = 400;
   std::string out_dir;
   bool json = false;
   std::string command;
@@ -66,25 +67,15 @@ struct Outcome {
   uint64_t reused_tokens = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  double service_s = 0;  // the daemon's own time for the request (its reply's total_us)
 };
 
-// One way of serving a request: hypicd in a given mode, or the in-process prefix cache.
-class Target {
+// One mode on hypicd: a connection per worker, a namespace of its own.
+class ModeTarget {
  public:
-  virtual ~Target() = default;
-  // Serves `req` from `worker` (0 <= worker < workers) and blocks until its logits are in.
-  virtual Status Serve(size_t worker, const TraceRequest& req, Outcome* out) = 0;
-  // Caches every document of the initial corpus on its own, as an operator's corpus warm-up
-  // (hypicctl warm) would: segment entries for the PIC modes, a one-document prefix
-  // checkpoint for the prefix cache.
-  virtual Status Prewarm(const Trace& trace) = 0;
-};
-
-class DaemonTarget : public Target {
- public:
-  static Result<std::unique_ptr<DaemonTarget>> Open(const Options& opts, protocol::ComposeMode mode,
-                                                    const Trace& trace, std::string name_space) {
-    auto t = std::unique_ptr<DaemonTarget>(new DaemonTarget(mode, trace, std::move(name_space)));
+  static Result<std::unique_ptr<ModeTarget>> Open(const Options& opts, protocol::ComposeMode mode,
+                                                  const Trace& trace, std::string name_space) {
+    auto t = std::unique_ptr<ModeTarget>(new ModeTarget(mode, trace, std::move(name_space)));
     for (size_t w = 0; w < opts.workers; ++w) {
       HYPIC_ASSIGN_OR_RETURN(auto c, ConnectDaemon(opts.conn, "hypic-bench-trace", false));
       t->clients_.push_back(std::move(c));
@@ -92,25 +83,67 @@ class DaemonTarget : public Target {
     return t;
   }
 
-  Status Serve(size_t worker, const TraceRequest& req, Outcome* out) override {
+  // Serves `req` from `worker` (0 <= worker < workers) and blocks until its logits are in.
+  Status Serve(size_t worker, const TraceRequest& req, Outcome* out) {
+    std::vector<std::span<const uint32_t>> docs;
+    for (uint32_t d : req.docs) docs.emplace_back(trace_.corpus[d]);
+    return Compose(*clients_[worker], docs, req.query, out);
+  }
+
+  // Caches every document of the initial corpus on its own, as an operator's corpus warm-up
+  // (hypicctl warm) would: segment entries for the PIC modes (PREFILL), a one-document
+  // checkpoint for the prefix cache (COMPOSE of the document and one throw-away token: the
+  // last part of a prompt is never checkpointed, it yields the logits). Nothing for full.
+  Status Prewarm() {
+    if (mode_ == protocol::ComposeMode::kFull) return Status::Ok();
+    if (mode_ == protocol::ComposeMode::kPrefix) {
+      constexpr uint32_t kThrowAway[] = {1};
+      for (uint32_t d = 0; d < trace_.initial_docs; ++d) {
+        const std::span<const uint32_t> doc = trace_.corpus[d];
+        Outcome ignored;
+        HYPIC_RETURN_IF_ERROR(Compose(*clients_[0], {&doc, 1}, kThrowAway, &ignored));
+      }
+      return Status::Ok();
+    }
+    constexpr size_t kBatch = 8;
+    for (uint32_t d = 0; d < trace_.initial_docs; d += kBatch) {
+      protocol::PrefillRequest req;
+      req.name_space = name_space_;
+      for (uint32_t i = d; i < std::min<uint32_t>(trace_.initial_docs, d + kBatch); ++i) {
+        req.segments.push_back(trace_.corpus[i]);
+      }
+      HYPIC_RETURN_IF_ERROR(clients_[0]->Prefill(req).status());
+    }
+    return Status::Ok();
+  }
+
+ private:
+  ModeTarget(protocol::ComposeMode mode, const Trace& trace, std::string name_space)
+      : mode_(mode), trace_(trace), name_space_(std::move(name_space)) {}
+
+  // One COMPOSE of `docs` (segment parts, in order) and the raw `query`; counts the part
+  // outcomes the daemon reports (the prefix mode reports restored parts as host hits).
+  Status Compose(client::Client& client, std::span<const std::span<const uint32_t>> docs,
+                 std::span<const uint32_t> query, Outcome* out) {
     protocol::ComposeRequest request;
     request.name_space = name_space_;
     request.mode = mode_;
     request.top_k = 1;
-    for (uint32_t d : req.docs) {
+    for (std::span<const uint32_t> d : docs) {
       protocol::ComposePart p;
       p.kind = protocol::PartKind::kSegmentTokens;
-      p.tokens = trace_.corpus[d];
+      p.tokens.assign(d.begin(), d.end());
       request.parts.push_back(std::move(p));
     }
     protocol::ComposePart q;
     q.kind = protocol::PartKind::kRaw;
-    q.tokens = req.query;
+    q.tokens.assign(query.begin(), query.end());
     request.parts.push_back(std::move(q));
-    HYPIC_ASSIGN_OR_RETURN(protocol::ComposeReply reply, clients_[worker]->Compose(request));
+    HYPIC_ASSIGN_OR_RETURN(protocol::ComposeReply reply, client.Compose(request));
     // Wire bytes: the 64-byte header plus the encoded body, each way.
     out->bytes_sent += protocol::kHeaderSize + protocol::Encode(request).size();
     out->bytes_received += protocol::kHeaderSize + protocol::Encode(reply).size();
+    out->service_s += static_cast<double>(reply.timings.total_us) * 1e-6;
     for (size_t i = 0; i + 1 < reply.parts.size(); ++i) {
       const protocol::PartResult& p = reply.parts[i];
       switch (p.outcome) {
@@ -125,99 +158,10 @@ class DaemonTarget : public Target {
     return Status::Ok();
   }
 
-  Status Prewarm(const Trace& trace) override {
-    constexpr size_t kBatch = 8;
-    for (uint32_t d = 0; d < trace.initial_docs; d += kBatch) {
-      protocol::PrefillRequest req;
-      req.name_space = name_space_;
-      for (uint32_t i = d; i < std::min<uint32_t>(trace.initial_docs, d + kBatch); ++i) {
-        req.segments.push_back(trace.corpus[i]);
-      }
-      HYPIC_RETURN_IF_ERROR(clients_[0]->Prefill(req).status());
-    }
-    return Status::Ok();
-  }
-
- private:
-  DaemonTarget(protocol::ComposeMode mode, const Trace& trace, std::string name_space)
-      : mode_(mode), trace_(trace), name_space_(std::move(name_space)) {}
-
   protocol::ComposeMode mode_;
   const Trace& trace_;
   std::string name_space_;
   std::vector<std::unique_ptr<client::Client>> clients_;  // one per worker
-};
-
-// A counting semaphore (C++20's needs a compile-time bound; this one is set at run time).
-class Slots {
- public:
-  explicit Slots(size_t n) : free_(n) {}
-  void Acquire() {
-    std::unique_lock<Mutex> lock(mu_);
-    cv_.wait(lock, [&]() REQUIRES(mu_) { return free_ > 0; });
-    --free_;
-  }
-  void Release() {
-    {
-      MutexLock lock(&mu_);
-      ++free_;
-    }
-    cv_.notify_one();
-  }
-
- private:
-  Mutex mu_;
-  std::condition_variable_any cv_;
-  size_t free_ GUARDED_BY(mu_);
-};
-
-class PrefixTarget : public Target {
- public:
-  PrefixTarget(std::shared_ptr<const model::Model> model, uint64_t capacity, size_t compute_slots,
-               const Trace& trace)
-      : cache_(std::move(model), {.capacity_bytes = capacity}),
-        slots_(compute_slots),
-        trace_(trace) {}
-
-  Status Serve(size_t /*worker*/, const TraceRequest& req, Outcome* out) override {
-    std::vector<model::ComposePart> parts;
-    for (uint32_t d : req.docs) {
-      model::ComposePart p;
-      p.kind = model::ComposePart::Kind::kSegment;
-      p.tokens = trace_.corpus[d];
-      parts.push_back(std::move(p));
-    }
-    model::ComposePart q;
-    q.tokens = req.query;
-    parts.push_back(std::move(q));
-    slots_.Acquire();  // no more concurrent passes than the daemon runs
-    auto r = cache_.Run("trace", parts);
-    slots_.Release();
-    if (!r.ok()) return r.status();
-    out->parts["prefix:reused"] += r->reused_parts;
-    out->parts["prefix:computed"] += req.docs.size() - std::min(req.docs.size(), r->reused_parts);
-    out->parts["live"] += 1;  // the query
-    out->reused_tokens += static_cast<uint64_t>(r->reused_tokens);
-    return Status::Ok();
-  }
-
-  Status Prewarm(const Trace& trace) override {
-    // The last part of a Run is never checkpointed (it yields the logits), so each document
-    // is followed by one throw-away token.
-    std::vector<model::ComposePart> parts(2);
-    parts[1].tokens = {1};
-    for (uint32_t d = 0; d < trace.initial_docs; ++d) {
-      parts[0].kind = model::ComposePart::Kind::kSegment;
-      parts[0].tokens = trace.corpus[d];
-      HYPIC_RETURN_IF_ERROR(cache_.Run("trace", parts).status());
-    }
-    return Status::Ok();
-  }
-
- private:
-  model::PrefixCache cache_;
-  Slots slots_;
-  const Trace& trace_;
 };
 
 std::vector<std::string> SplitModes(const std::string& text) {
@@ -230,8 +174,9 @@ std::vector<std::string> SplitModes(const std::string& text) {
 }
 
 // Runs requests [first, first + n) of `trace` open loop, their arrivals shifted so the first
-// measured one is due at once, and fills `run` (timings, outcomes).
-void RunMeasured(Target& target, const Trace& trace, size_t first, size_t n, size_t workers,
+// one is due at once, and fills `run` (timings, outcomes). Returns the mean of the daemon's
+// service times over the completed requests (0 when none completed).
+double RunWindow(ModeTarget& target, const Trace& trace, size_t first, size_t n, size_t workers,
                  double abort_after_s, ModeRun* run) {
   std::vector<double> schedule(n);
   const double t0 = trace.requests[first].arrival_s;
@@ -244,10 +189,16 @@ void RunMeasured(Target& target, const Trace& trace, size_t first, size_t n, siz
   run->offered_qps = trace.config.qps;
   run->ttft_s.clear();
   double last_done = 0;
+  double service_sum = 0;
+  size_t completed = 0;
   Status first_error;
   for (size_t i = 0; i < n; ++i) {
     run->ttft_s.push_back(timings[i].Latency());
-    if (timings[i].completed) last_done = std::max(last_done, timings[i].done_s);
+    if (timings[i].completed) {
+      last_done = std::max(last_done, timings[i].done_s);
+      service_sum += outcomes[i].service_s;
+      ++completed;
+    }
     if (!timings[i].status.ok() && first_error.ok()) first_error = timings[i].status;
     const Outcome& o = outcomes[i];
     for (const auto& [k, v] : o.parts) run->parts[k] += v;
@@ -262,49 +213,73 @@ void RunMeasured(Target& target, const Trace& trace, size_t first, size_t n, siz
   }
   run->wall_s = last_done;
   run->Finish();
+  return completed == 0 ? 0.0 : service_sum / static_cast<double>(completed);
 }
 
+// How the trace's requests are used: warm-up, the measured run, then SLO probe windows of
+// [measured, probe_max] requests each.
+struct Windows {
+  size_t warm = 0;
+  size_t measured = 0;
+  size_t probe_max = 0;
+};
+
+Windows WindowsOf(const Options& opts) {
+  Windows w;
+  w.warm = std::min<size_t>(opts.warmup, opts.trace.n_requests - 1);
+  w.measured = opts.trace.n_requests - w.warm;
+  w.probe_max =
+      opts.probe_window_s > 0 ? std::max<size_t>(w.measured, opts.probe_max_requests) : w.measured;
+  return w;
+}
+
+// `compute_slots`: how many compute passes the daemon runs at once, to turn the measured
+// service times into a capacity estimate where the SLO search starts.
 Result<ModeRun> RunMode(const Options& opts, const std::string& mode, Trace& trace,
-                        Target& target) {
+                        ModeTarget& target, size_t compute_slots) {
   ModeRun run;
   run.mode = mode;
-  if (mode == "prefix") run.note = "in-process prefix cache, same model and compute slots";
-  // The trace holds the warm-up, the measured window, then one fresh window per SLO probe:
-  // replaying the measured requests would hand the prefix cache exact repeats.
-  const size_t warm = std::min<size_t>(opts.warmup, opts.trace.n_requests - 1);
-  const size_t measured = opts.trace.n_requests - warm;
-  if (mode != "full" && opts.prewarm) HYPIC_RETURN_IF_ERROR(target.Prewarm(trace));
+  const Windows w = WindowsOf(opts);
+  if (opts.prewarm) HYPIC_RETURN_IF_ERROR(target.Prewarm().WithContext(mode + " prewarm"));
   if (mode != "full") {
-    for (size_t i = 0; i < warm; ++i) {
+    for (size_t i = 0; i < w.warm; ++i) {
       Outcome ignored;
       HYPIC_RETURN_IF_ERROR(
           target.Serve(0, trace.requests[i], &ignored).WithContext(mode + " warm-up"));
     }
   }
   const double abort_after = opts.slo_ms > 0 ? 10 * opts.slo_ms / 1000.0 : 0.0;
-  RunMeasured(target, trace, warm, measured, opts.workers, abort_after, &run);
-  fmt::print(stderr, "hypic-bench trace: {:<6} p50 {:.0f} ms, p99 {:.0f} ms at {:.3g} qps\n", mode,
-             run.ttft.p50 * 1000, run.ttft.p99 * 1000, trace.config.qps);
+  const double service_s =
+      RunWindow(target, trace, w.warm, w.measured, opts.workers, abort_after, &run);
+  fmt::print(stderr,
+             "hypic-bench trace: {:<6} p50 {:.0f} ms, p99 {:.0f} ms at {:.3g} qps (mean service "
+             "{:.0f} ms)\n",
+             mode, run.ttft.p50 * 1000, run.ttft.p99 * 1000, trace.config.qps, service_s * 1000);
 
   if (opts.slo_ms > 0) {
     const double slo_s = opts.slo_ms / 1000.0;
-    // Start near the rate one worker sustains at the measured median.
-    const double start = std::isfinite(run.ttft.p50) && run.ttft.p50 > 0
-                             ? std::max(0.01, 0.5 / run.ttft.p50)
-                             : trace.config.qps;
     const double base_qps = trace.config.qps;
-    size_t window = 0;
+    // The measured run is the first probe; the search goes on from 80% of the capacity the
+    // mean service time implies (the search moves it past what the measured run settled).
+    const QpsProbe measured{base_qps, run.ttft.p99, run.ttft.p99 <= slo_s};
+    const double start =
+        service_s > 0 ? 0.8 * static_cast<double>(compute_slots) / service_s : base_qps;
+    size_t next = w.warm + w.measured;
     auto probe = [&](double qps) -> Result<double> {
+      const auto span = static_cast<size_t>(std::ceil(qps * opts.probe_window_s));
+      const size_t n = std::clamp(span, w.measured, w.probe_max);
+      if (next + n > trace.requests.size()) return Internal("trace: out of probe windows");
       RescaleArrivals(trace, qps);
       ModeRun p;
       p.mode = mode;
-      ++window;
-      RunMeasured(target, trace, warm + window * measured, measured, opts.workers, 10 * slo_s, &p);
-      fmt::print(stderr, "hypic-bench trace: {:<6} probe {:.3g} qps: p99 {:.0f} ms\n", mode, qps,
-                 p.ttft.p99 * 1000);
+      RunWindow(target, trace, next, n, opts.workers, 10 * slo_s, &p);
+      next += n;
+      fmt::print(stderr, "hypic-bench trace: {:<6} probe {:.3g} qps, {} requests: p99 {:.0f} ms\n",
+                 mode, qps, n, p.ttft.p99 * 1000);
       return p.ttft.p99;
     };
-    auto search = SearchSustainableQps(start, slo_s, opts.max_probes, opts.probe_tolerance, probe);
+    auto search = SearchSustainableQps(start, slo_s, opts.max_probes, opts.probe_tolerance, probe,
+                                       {&measured, 1});
     RescaleArrivals(trace, base_qps);
     if (!search.ok()) return search.status();
     run.probes = search->probes;
@@ -340,12 +315,33 @@ std::string Machine() {
   return fmt::format("{} cores, {:.0f} GiB RAM, CPU only", cores, mem);
 }
 
+// The daemon's prefix-cache counters (STATS), when an admin connection can read them.
+std::optional<nlohmann::json> PrefixCacheStats(client::Client* admin) {
+  if (admin == nullptr) return std::nullopt;
+  auto stats = admin->Stats();
+  if (!stats.ok()) return std::nullopt;
+  auto j = nlohmann::json::parse(*stats, nullptr, false);
+  if (j.is_discarded() || !j.contains("prefix_cache")) return std::nullopt;
+  return j["prefix_cache"];
+}
+
+// How the prefix mode's cache fared: what it holds after the run, against its capacity, and
+// how many checkpoints it evicted meanwhile (a starved baseline would show evictions).
+std::string PrefixNote(const nlohmann::json& before, const nlohmann::json& after) {
+  auto u = [](const nlohmann::json& j, const char* k) { return j.value(k, uint64_t{0}); };
+  return fmt::format(
+      "daemon prefix cache: {} checkpoints, {:.0f} of {:.0f} MiB, {} evicted during the run",
+      u(after, "nodes"), static_cast<double>(u(after, "bytes")) / (1 << 20),
+      static_cast<double>(u(after, "capacity")) / (1 << 20),
+      u(after, "evictions") - u(before, "evictions"));
+}
+
 int Run(const Options& opts) {
+  const Windows windows = WindowsOf(opts);
   TraceConfig trace_config = opts.trace;
   if (opts.slo_ms > 0) {
-    const uint32_t warm = std::min<uint32_t>(opts.warmup, trace_config.n_requests - 1);
     trace_config.n_requests +=
-        (trace_config.n_requests - warm) * static_cast<uint32_t>(opts.max_probes);
+        static_cast<uint32_t>(windows.probe_max) * static_cast<uint32_t>(opts.max_probes);
   }
   auto trace = GenerateTrace(trace_config);
   if (!trace.ok()) {
@@ -359,21 +355,22 @@ int Run(const Options& opts) {
       return kExitBadInput;
     }
   }
-  // How many compute passes the daemon runs at once (its CONFIG, when we may read it).
+  auto connected = ConnectDaemon(opts.conn, "hypic-bench-trace", false);
+  if (!connected.ok()) {
+    return ReportFailure("hypic-bench trace", opts.conn, "connect", connected.status(),
+                         FailurePhase::kConnect);
+  }
+  // An admin connection reads how many compute passes the daemon runs at once (CONFIG) and
+  // the prefix cache's counters (STATS); without admin rights both are left out.
+  client::Client* admin = nullptr;
+  if ((*connected)->hello_reply() && (*connected)->hello_reply()->admin) admin = connected->get();
   size_t compute_slots = 1;
-  {
-    auto admin = ConnectDaemon(opts.conn, "hypic-bench-trace", false);
-    if (!admin.ok()) {
-      return ReportFailure("hypic-bench trace", opts.conn, "connect", admin.status(),
-                           FailurePhase::kConnect);
-    }
-    if ((*admin)->hello_reply() && (*admin)->hello_reply()->admin) {
-      auto config = (*admin)->Config();
-      if (config.ok()) {
-        auto j = nlohmann::json::parse(*config, nullptr, false);
-        if (!j.is_discarded() && j.contains("compute_workers")) {
-          compute_slots = std::stoul(j["compute_workers"].get<std::string>());
-        }
+  if (admin != nullptr) {
+    auto config = admin->Config();
+    if (config.ok()) {
+      auto j = nlohmann::json::parse(*config, nullptr, false);
+      if (!j.is_discarded() && j.contains("compute_workers")) {
+        compute_slots = std::stoul(j["compute_workers"].get<std::string>());
       }
     }
   }
@@ -383,40 +380,29 @@ int Run(const Options& opts) {
   report.date = UtcNow();
   report.machine = Machine();
   report.trace = opts.trace;
-  report.warmup_requests = std::min<uint32_t>(opts.warmup, opts.trace.n_requests - 1);
+  report.warmup_requests = static_cast<uint32_t>(windows.warm);
   report.slo_s = opts.slo_ms / 1000.0;
   report.prewarm = opts.prewarm;
   const std::string nonce =
       fmt::format("{:x}", std::chrono::system_clock::now().time_since_epoch().count());
   for (const auto& mode : modes) {
-    std::unique_ptr<Target> target;
-    if (mode == "prefix") {
-      auto model = model::LoadModel(opts.model, opts.model_cache_dir);
-      if (!model.ok()) {
-        fmt::print(stderr, "hypic-bench trace: prefix: {}\n", model.status().ToString());
-        return kExitFailure;
-      }
-      if ((*model)->config().vocab_size < static_cast<int64_t>(opts.trace.vocab)) {
-        fmt::print(stderr, "hypic-bench trace: --vocab {} exceeds the model's {}\n",
-                   opts.trace.vocab, (*model)->config().vocab_size);
-        return kExitBadInput;
-      }
-      target = std::make_unique<PrefixTarget>(*model, opts.prefix_capacity, compute_slots, *trace);
-    } else {
-      const auto cm = mode == "full"    ? protocol::ComposeMode::kFull
-                      : mode == "naive" ? protocol::ComposeMode::kNaive
-                                        : protocol::ComposeMode::kHypic;
-      auto t = DaemonTarget::Open(opts, cm, *trace, fmt::format("trace-{}-{}", mode, nonce));
-      if (!t.ok()) {
-        return ReportFailure("hypic-bench trace", opts.conn, "connect", t.status(),
-                             FailurePhase::kConnect);
-      }
-      target = std::move(t).value();
+    const auto cm = mode == "full"     ? protocol::ComposeMode::kFull
+                    : mode == "prefix" ? protocol::ComposeMode::kPrefix
+                    : mode == "naive"  ? protocol::ComposeMode::kNaive
+                                       : protocol::ComposeMode::kHypic;
+    auto target = ModeTarget::Open(opts, cm, *trace, fmt::format("trace-{}-{}", mode, nonce));
+    if (!target.ok()) {
+      return ReportFailure("hypic-bench trace", opts.conn, "connect", target.status(),
+                           FailurePhase::kConnect);
     }
-    auto run = RunMode(opts, mode, *trace, *target);
+    const auto before = mode == "prefix" ? PrefixCacheStats(admin) : std::nullopt;
+    auto run = RunMode(opts, mode, *trace, **target, compute_slots);
     if (!run.ok()) {
       fmt::print(stderr, "hypic-bench trace: {}: {}\n", mode, run.status().ToString());
       return kExitFailure;
+    }
+    if (const auto after = PrefixCacheStats(admin); before && after) {
+      run->note = PrefixNote(*before, *after);
     }
     report.modes.push_back(std::move(run).value());
   }
@@ -481,11 +467,13 @@ const bool kRegistered = RegisterSubcommand(
       sub.add_option("--probe-tolerance", o->probe_tolerance,
                      "stop bisecting when the bracket is this tight (relative)")
           ->capture_default_str();
-      sub.add_option("--model", o->model, "the daemon's model, for the in-process prefix cache")
+      sub.add_option("--probe-window-s", o->probe_window_s,
+                     "SLO probes offer at least this many seconds of arrivals (0: as many "
+                     "requests as the measured run)")
           ->capture_default_str();
-      sub.add_option("--model-cache-dir", o->model_cache_dir)->capture_default_str();
-      sub.add_option("--prefix-capacity", o->prefix_capacity, "prefix-cache bytes")
-          ->transform(CLI::AsSizeValue(false));
+      sub.add_option("--probe-max-requests", o->probe_max_requests,
+                     "cap on one probe's requests when --probe-window-s sizes it")
+          ->capture_default_str();
       sub.add_option("--out", o->out_dir, "write report.json, CSV and PNG plots here");
       sub.add_flag("--json", o->json, "JSON on stdout instead of the table");
       return [o] {

@@ -57,9 +57,7 @@ Status WriteFile(const std::filesystem::path& path, const std::string& text) {
 uint64_t SegmentParts(const ModeRun& run) {
   uint64_t n = 0;
   for (const auto& [k, v] : run.parts) {
-    if (k.starts_with("hit:") || k == "miss" || k == "prefix:reused" || k == "prefix:computed") {
-      n += v;
-    }
+    if (k.starts_with("hit:") || k == "miss") n += v;
   }
   return n;
 }
@@ -67,7 +65,7 @@ uint64_t SegmentParts(const ModeRun& run) {
 uint64_t Hits(const ModeRun& run) {
   uint64_t n = 0;
   for (const auto& [k, v] : run.parts) {
-    if (k.starts_with("hit:") || k == "prefix:reused") n += v;
+    if (k.starts_with("hit:")) n += v;
   }
   return n;
 }

@@ -25,8 +25,9 @@ struct ModeRun {
   std::vector<double> ttft_s;  // one per measured request; +inf when it did not complete
   LatencySummary ttft;
   double throughput_rps = 0;  // completed requests / wall time
-  // Part outcomes over the measured requests: "hit:hbm", "hit:host", "hit:ssd", "miss",
-  // "live" (seams, raw parts); for prefix, "prefix:reused" / "prefix:computed".
+  // Part outcomes over the measured requests, as the daemon reports them: "hit:hbm",
+  // "hit:host", "hit:ssd", "miss", "live" (raw parts, and every part of mode full); for
+  // prefix, parts restored from a checkpoint are host hits and the rest misses.
   std::map<std::string, uint64_t> parts;
   uint64_t prompt_tokens = 0;
   uint64_t reused_tokens = 0;  // tokens whose state came from the cache

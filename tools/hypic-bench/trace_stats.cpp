@@ -56,40 +56,43 @@ std::vector<std::pair<double, double>> LatencyCdf(std::vector<double> latencies_
 
 Result<QpsSearchResult> SearchSustainableQps(double start_qps, double slo_s, int max_probes,
                                              double rel_tolerance,
-                                             const std::function<Result<double>(double)>& p99_at) {
+                                             const std::function<Result<double>(double)>& p99_at,
+                                             std::span<const QpsProbe> known) {
   if (!(start_qps > 0) || !(slo_s > 0) || max_probes < 1 || !(rel_tolerance > 0)) {
     return BadRequest("qps search: start_qps, slo and tolerance must be > 0, max_probes >= 1");
   }
   QpsSearchResult result;
-  auto probe = [&](double qps) -> Result<bool> {
-    HYPIC_ASSIGN_OR_RETURN(double p99, p99_at(qps));
-    const bool ok = p99 <= slo_s;
-    result.probes.push_back({qps, p99, ok});
-    if (ok) result.sustainable_qps = std::max(result.sustainable_qps, qps);
-    return ok;
-  };
   double pass = 0;  // highest rate known to meet the SLO (0: none yet)
   double fail = std::numeric_limits<double>::infinity();  // lowest rate known to miss it
-  double qps = start_qps;
-  // Bracket: double while passing, halve while failing.
-  while (static_cast<int>(result.probes.size()) < max_probes) {
-    HYPIC_ASSIGN_OR_RETURN(bool ok, probe(qps));
+  auto record = [&](double qps, double p99) {
+    const bool ok = p99 <= slo_s;
+    result.probes.push_back({qps, p99, ok});
     if (ok) {
-      pass = qps;
-      if (std::isfinite(fail)) break;
-      qps *= 2;
+      result.sustainable_qps = std::max(result.sustainable_qps, qps);
+      pass = std::max(pass, qps);
     } else {
-      fail = qps;
-      if (pass > 0) break;
-      qps /= 2;
+      fail = std::min(fail, qps);
     }
+    return ok;
+  };
+  for (const QpsProbe& k : known) record(k.qps, k.p99_s);
+  int run = 0;
+  auto probe = [&](double qps) -> Result<bool> {
+    HYPIC_ASSIGN_OR_RETURN(double p99, p99_at(qps));
+    ++run;
+    return record(qps, p99);
+  };
+  double qps = start_qps;
+  if (pass > 0 && qps <= pass) qps = 2 * pass;
+  if (std::isfinite(fail) && qps >= fail) qps = fail / 2;
+  // Bracket: double while passing, halve while failing (unless the seeds already bracket it).
+  while (run < max_probes && !(pass > 0 && std::isfinite(fail))) {
+    HYPIC_ASSIGN_OR_RETURN(bool ok, probe(qps));
+    qps = ok ? 2 * qps : qps / 2;
   }
   // Bisect in log space.
-  while (static_cast<int>(result.probes.size()) < max_probes && pass > 0 && std::isfinite(fail) &&
-         fail / pass > 1.0 + rel_tolerance) {
-    const double mid = std::sqrt(pass * fail);
-    HYPIC_ASSIGN_OR_RETURN(bool ok, probe(mid));
-    (ok ? pass : fail) = mid;
+  while (run < max_probes && pass > 0 && std::isfinite(fail) && fail / pass > 1.0 + rel_tolerance) {
+    HYPIC_RETURN_IF_ERROR(probe(std::sqrt(pass * fail)).status());
   }
   return result;
 }

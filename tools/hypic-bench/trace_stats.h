@@ -44,13 +44,17 @@ struct QpsSearchResult {
   std::vector<QpsProbe> probes;  // in the order they ran
 };
 
-// Finds the highest offered rate whose p99 stays within `slo_s`. Starting at `start_qps`, it
-// doubles the rate until a probe misses the SLO (or halves it until one meets it), then
-// bisects between the last passing and the first failing rate, in log space, until the two
-// are within `rel_tolerance` of each other or `max_probes` have run. `p99_at` runs one probe;
-// its error stops the search and is returned.
+// Finds the highest offered rate whose p99 stays within `slo_s`. `known` are probes that
+// already ran (e.g. the measured run at its offered rate): they seed the bracket and count as
+// probes of the result, not against `max_probes`. Starting at `start_qps` (moved into the
+// seeded bracket when it falls outside: twice the best passing rate, half the lowest failing
+// one), it doubles the rate until a probe misses the SLO (or halves it until one meets it),
+// then bisects between the last passing and the first failing rate, in log space, until the
+// two are within `rel_tolerance` of each other or `max_probes` have run. `p99_at` runs one
+// probe; its error stops the search and is returned.
 Result<QpsSearchResult> SearchSustainableQps(double start_qps, double slo_s, int max_probes,
                                              double rel_tolerance,
-                                             const std::function<Result<double>(double)>& p99_at);
+                                             const std::function<Result<double>(double)>& p99_at,
+                                             std::span<const QpsProbe> known = {});
 
 }  // namespace hypic::tools
