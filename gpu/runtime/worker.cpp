@@ -14,10 +14,11 @@ namespace {
 // A worker on a device of a local backend, with its own stream.
 class LocalWorker final : public Worker {
  public:
-  LocalWorker(WorkerContext context, std::unique_ptr<gpu::Stream> stream)
+  // `ordinal`: the device index for a GPU, the worker's number among the CPU workers.
+  LocalWorker(WorkerContext context, std::unique_ptr<gpu::Stream> stream, int ordinal)
       : context_(context),
         stream_(std::move(stream)),
-        name_(fmt::format("{}:{}", gpu::BackendKindName(context.kind), context.index)) {
+        name_(fmt::format("{}:{}", gpu::BackendKindName(context.kind), ordinal)) {
     context_.stream = stream_.get();
   }
 
@@ -58,6 +59,7 @@ WorkerPool::WorkerPool(std::vector<std::unique_ptr<Worker>> workers)
 
 Result<std::unique_ptr<WorkerPool>> WorkerPool::Create(const PoolOptions& options) {
   std::vector<std::unique_ptr<Worker>> workers;
+  int cpu_workers = options.cpu_workers > 0 ? options.cpu_workers : HardwareThreads();
   if (options.kind == gpu::BackendKind::kCuda) {
     gpu::Backend* cuda = gpu::FindBackend(gpu::BackendKind::kCuda);
     if (cuda == nullptr || cuda->DeviceCount() == 0) {
@@ -65,21 +67,24 @@ Result<std::unique_ptr<WorkerPool>> WorkerPool::Create(const PoolOptions& option
     }
     for (int d = 0; d < cuda->DeviceCount(); ++d) {
       HYPIC_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Stream> stream, cuda->CreateStream(d));
-      WorkerContext ctx{d, gpu::BackendKind::kCuda, d, cuda, nullptr, 1};
-      workers.push_back(std::make_unique<LocalWorker>(ctx, std::move(stream)));
+      WorkerContext ctx{
+          static_cast<int>(workers.size()), gpu::BackendKind::kCuda, d, cuda, nullptr, 1};
+      workers.push_back(std::make_unique<LocalWorker>(ctx, std::move(stream), d));
     }
-    return std::make_unique<WorkerPool>(std::move(workers));
+    cpu_workers = std::max(0, options.cpu_workers);
   }
-  const int n = options.cpu_workers > 0 ? options.cpu_workers : HardwareThreads();
-  const int threads = options.cpu_threads > 0 ? options.cpu_threads : HardwareThreads();
-  const int budget = std::max(1, threads / n);
-  // Process-global (see the header): this is what enforces the per-worker budget.
-  openblas_set_num_threads(budget);
-  gpu::Backend& cpu = gpu::CpuBackend();
-  for (int i = 0; i < n; ++i) {
-    HYPIC_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Stream> stream, cpu.CreateStream(0));
-    WorkerContext ctx{i, gpu::BackendKind::kCpu, 0, &cpu, nullptr, budget};
-    workers.push_back(std::make_unique<LocalWorker>(ctx, std::move(stream)));
+  if (cpu_workers > 0) {
+    const int threads = options.cpu_threads > 0 ? options.cpu_threads : HardwareThreads();
+    const int budget = std::max(1, threads / cpu_workers);
+    // Process-global (see the header): this is what enforces the per-worker budget.
+    openblas_set_num_threads(budget);
+    gpu::Backend& cpu = gpu::CpuBackend();
+    for (int i = 0; i < cpu_workers; ++i) {
+      HYPIC_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Stream> stream, cpu.CreateStream(0));
+      WorkerContext ctx{
+          static_cast<int>(workers.size()), gpu::BackendKind::kCpu, 0, &cpu, nullptr, budget};
+      workers.push_back(std::make_unique<LocalWorker>(ctx, std::move(stream), i));
+    }
   }
   return std::make_unique<WorkerPool>(std::move(workers));
 }

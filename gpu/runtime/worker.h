@@ -37,10 +37,11 @@ class Worker {
 };
 
 struct PoolOptions {
-  // kCuda: one worker per visible CUDA device (fails with kUnsupported when there is none).
-  // kCpu: `cpu_workers` CPU workers.
+  // kCuda: one worker per visible CUDA device, each with its own stream (the model's passes
+  // keep a cuBLAS handle per device), plus `cpu_workers` CPU workers when that is > 0; fails
+  // with kUnsupported when no device is visible. kCpu: `cpu_workers` CPU workers.
   gpu::BackendKind kind = gpu::BackendKind::kCpu;
-  // 0 = one per hardware thread.
+  // kCpu: 0 = one per hardware thread. kCuda: CPU workers beside the GPUs (0 = none).
   int cpu_workers = 0;
   // Total BLAS threads shared by the CPU workers; 0 = the hardware threads.
   int cpu_threads = 0;
