@@ -122,15 +122,17 @@ Status RunCase(const Opts& o, const std::string& tier, double mib, int threads,
   std::shuffle(order.begin(), order.end(), std::mt19937_64(42));
   std::string sub = fmt::format("{}-{}-{}", tier, mib, threads);
 
-  if (tier == "manager") {
+  if (tier == "manager" || tier == "manager-sync") {
     HYPIC_ASSIGN_OR_RETURN(auto ssd, MakeTier("ssd", o, 2 * total, sub));
     storage::TierManagerOptions mo;
     mo.demote_min_hits = 0;
+    if (tier == "manager-sync") mo.max_writeback_bytes = 0;  // demotions on the caller
     HYPIC_ASSIGN_OR_RETURN(
         auto m, storage::TierManager::Create(
                     mo, nullptr, std::make_unique<storage::HostTier>(total / 2), std::move(ssd)));
     HYPIC_ASSIGN_OR_RETURN(Sample put,
                            Timed(n, threads, [&](size_t i) { return m->Put(bytes[i]); }));
+    m->WaitForWriteBacks();  // both variants start the reads from the same stored state
     HYPIC_ASSIGN_OR_RETURN(Sample get, Timed(n, threads, [&](size_t i) {
                              return m->Get(handles[order[i]]->info.key).status();
                            }));
@@ -215,7 +217,9 @@ const bool kRegistered = tools::RegisterSubcommand(
       sub.add_option("--dir", o->dir, "Scratch directory for the SSD tier (removed afterwards)");
       sub.add_option("--sizes-mib", o->sizes_mib, "Entry sizes in MiB");
       sub.add_option("--threads", o->threads, "Thread counts");
-      sub.add_option("--tiers", o->tiers, "Tiers: host, hbm, ssd, manager");
+      sub.add_option("--tiers", o->tiers,
+                     "Tiers: host, hbm, ssd, manager (TierManager over host + ssd), "
+                     "manager-sync (the same with demotions written on the caller)");
       sub.add_option("--total-mib", o->total_mib, "Bytes written per case, in MiB");
       return [o] { return Run(*o); };
     });
