@@ -99,6 +99,24 @@ uint32_t Crc32(ByteSpan bytes, uint32_t crc = 0);
 // The body checksum of `kind` over ext then body.
 uint64_t BodyChecksum(ChecksumKind kind, ByteSpan ext, ByteSpan body);
 
+// BodyChecksum computed piece by piece: Update with the ext bytes, then the body bytes, split
+// anywhere; Digest() then equals BodyChecksum(kind, ext, body). A receiver feeds each piece as
+// it arrives, so verifying a MiB-sized body costs no second pass over memory after the last
+// byte (the bytes are hashed while still in cache, overlapped with the rest of the transfer).
+// No allocation; a value type (the xxh3 state lives inline). Not thread-safe.
+class BodyHasher {
+ public:
+  explicit BodyHasher(ChecksumKind kind);
+  void Update(ByteSpan bytes);
+  uint64_t Digest() const;
+
+ private:
+  ChecksumKind kind_;
+  uint32_t crc_ = 0;
+  // XXH3_state_t, kept opaque so this header does not pull in xxhash.h (checked in frame.cpp).
+  alignas(64) std::array<std::byte, 576> xxh3_state_;
+};
+
 // Writes the 64 header bytes, including the reserved zeros and the header CRC.
 // REQUIRES: header.ext_len <= kMaxExtLen (checked by the encoders that build headers).
 void EncodeHeader(const FrameHeader& header, std::byte out[kHeaderSize]);

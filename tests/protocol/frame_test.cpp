@@ -79,6 +79,42 @@ TEST_CASE("CRC-32 matches the zlib check value, a bitwise reference and chains")
   }
 }
 
+TEST_CASE("BodyHasher fed in pieces equals the one-shot body checksum") {
+  testing::SeededRng rng(11);
+  for (size_t n : {0, 1, 240, 241, 1024, 70000, 300000}) {
+    Bytes all(n + 37);
+    for (auto& x : all) x = std::byte(rng.UniformInt(0, 255));
+    for (size_t ext_len : {size_t{0}, size_t{37}}) {
+      ByteSpan ext = ByteSpan(all).first(ext_len);
+      ByteSpan body = ByteSpan(all).subspan(ext_len, n);
+      for (ChecksumKind kind : {ChecksumKind::kCrc32, ChecksumKind::kXxh3_64}) {
+        CAPTURE(n);
+        CAPTURE(ext_len);
+        CAPTURE(static_cast<int>(kind));
+        // The whole of ext+body is one stream: cut it at random places, across the boundary.
+        BodyHasher h(kind);
+        ByteSpan rest = ByteSpan(all).first(ext_len + n);
+        while (!rest.empty()) {
+          size_t take = std::min<size_t>(rest.size(), rng.UniformInt(0, 70000));
+          h.Update(rest.first(take));
+          rest = rest.subspan(take);
+        }
+        uint64_t want = BodyChecksum(kind, ext, body);
+        CHECK(h.Digest() == want);
+        if (kind == ChecksumKind::kCrc32) CHECK(want == Crc32(ByteSpan(all).first(ext_len + n)));
+        // A changed byte changes the digest.
+        if (n > 0) {
+          Bytes bad(all.begin(), all.begin() + static_cast<ptrdiff_t>(ext_len + n));
+          bad[ext_len + n / 2] ^= std::byte{1};
+          BodyHasher hb(kind);
+          hb.Update(ByteSpan(bad));
+          CHECK(hb.Digest() != want);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("header layout is the one in protocol/README.md") {
   Bytes f = MakeFrame(Opcode::kGet, "body", "ex", ChecksumKind::kCrc32);
   REQUIRE(f.size() == 64 + 2 + 4);

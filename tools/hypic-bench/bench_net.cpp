@@ -276,7 +276,7 @@ class Lean {
     HYPIC_RETURN_IF_ERROR(SendAll(header.data(), header.size()));
     if (!body.empty()) HYPIC_RETURN_IF_ERROR(SendAll(body.data(), body.size()));
     std::array<std::byte, protocol::kHeaderSize> in;
-    HYPIC_RETURN_IF_ERROR(RecvAll(in.data(), in.size()));
+    HYPIC_RETURN_IF_ERROR(RecvAll(in.data(), in.size(), nullptr));
     protocol::Frame f;
     size_t consumed = 0;
     auto st = decoder_.Decode(in, &consumed, &f);
@@ -285,11 +285,11 @@ class Lean {
     }
     ext_.resize(f.header.ext_len);
     body_.resize(f.header.body_len);  // reused: no allocation once the size is seen
-    HYPIC_RETURN_IF_ERROR(RecvAll(ext_.data(), ext_.size()));
-    HYPIC_RETURN_IF_ERROR(RecvAll(body_.data(), body_.size()));
-    if (protocol::BodyChecksum(f.header.checksum_kind, ext_, body_) != f.header.body_checksum) {
-      return BadChecksum("reply body checksum");
-    }
+    // Verified as it arrives, as hypic::client does: each piece is hashed while in cache.
+    protocol::BodyHasher hasher(f.header.checksum_kind);
+    HYPIC_RETURN_IF_ERROR(RecvAll(ext_.data(), ext_.size(), &hasher));
+    HYPIC_RETURN_IF_ERROR(RecvAll(body_.data(), body_.size(), &hasher));
+    if (hasher.Digest() != f.header.body_checksum) return BadChecksum("reply body checksum");
     if (f.header.request_id != h.request_id) return Internal("reply id mismatch");
     if (f.header.status != 0) return Status(static_cast<StatusCode>(f.header.status), "reply");
     return Status::Ok();
@@ -313,32 +313,36 @@ class Lean {
     return Status::Ok();
   }
   // Buffered bytes first; small reads refill the buffer (one recv serves header, ext and a
-  // small body), large ones go straight into `p`, as Resp does.
-  Status RecvAll(std::byte* p, size_t n) {
+  // small body), large ones go straight into `p`, as Resp does, at most kHashChunk at a time so
+  // `hasher` (when set) sees each piece while it is in cache.
+  Status RecvAll(std::byte* p, size_t n, protocol::BodyHasher* hasher) {
     size_t have = std::min(n, rlen_ - rpos_);
     std::memcpy(p, rbuf_.data() + rpos_, have);
     rpos_ += have;
-    p += have;
-    n -= have;
-    while (n > 0) {
-      if (n < rbuf_.size()) {
-        ssize_t r = ::recv(fd_, rbuf_.data(), rbuf_.size(), 0);
-        if (r <= 0) return IoError("hypicd recv");
-        rlen_ = static_cast<size_t>(r);
-        size_t take = std::min(n, rlen_);
-        std::memcpy(p, rbuf_.data(), take);
-        rpos_ = take;
-        p += take;
-        n -= take;
+    size_t got = have;
+    if (hasher) hasher->Update({p, got});
+    while (got < n) {
+      size_t want = n - got;
+      std::byte* dst = p + got;
+      size_t r = 0;
+      if (want < rbuf_.size()) {
+        ssize_t k = ::recv(fd_, rbuf_.data(), rbuf_.size(), 0);
+        if (k <= 0) return IoError("hypicd recv");
+        rlen_ = static_cast<size_t>(k);
+        r = std::min(want, rlen_);
+        std::memcpy(dst, rbuf_.data(), r);
+        rpos_ = r;
       } else {
-        ssize_t r = ::recv(fd_, p, n, 0);
-        if (r <= 0) return IoError("hypicd recv");
-        p += r;
-        n -= static_cast<size_t>(r);
+        ssize_t k = ::recv(fd_, dst, std::min(want, kHashChunk), 0);
+        if (k <= 0) return IoError("hypicd recv");
+        r = static_cast<size_t>(k);
       }
+      if (hasher) hasher->Update({dst, r});
+      got += r;
     }
     return Status::Ok();
   }
+  static constexpr size_t kHashChunk = 256 << 10;
   int fd_ = -1;
   uint64_t id_ = 0;
   std::array<std::byte, 16384> rbuf_{};
