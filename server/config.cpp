@@ -53,103 +53,94 @@ std::string FormatBytes(uint64_t v) {
 }
 
 // Builders for the key table: each returns the setter and getter for one field.
-using Setter = std::function<Status(ServerConfig&, std::string_view)>;
-using Getter = std::function<std::string(const ServerConfig&)>;
+// A key whose text is turned into the field's value by `parse` (which also range-checks it)
+// and printed back by `format`.
+template <typename T>
+ConfigKey ParsedKey(std::string_view name, std::string_view help, T ServerConfig::*field,
+                    std::function<Result<T>(std::string_view)> parse,
+                    std::function<std::string(const T&)> format,
+                    std::string_view default_text = "") {
+  return ConfigKey{
+      name,
+      help,
+      default_text,
+      false,
+      [field, parse = std::move(parse)](ServerConfig& c, std::string_view v) -> Status {
+        HYPIC_ASSIGN_OR_RETURN(T value, parse(v));
+        c.*field = std::move(value);
+        return Status::Ok();
+      },
+      [field, format = std::move(format)](const ServerConfig& c) { return format(c.*field); }};
+}
 
 ConfigKey StringKey(std::string_view name, std::string_view help, std::string ServerConfig::*field,
                     bool secret = false) {
-  return ConfigKey{name,
-                   help,
-                   "",
-                   secret,
-                   [field](ServerConfig& c, std::string_view v) {
-                     c.*field = std::string(v);
-                     return Status::Ok();
-                   },
-                   [field, secret](const ServerConfig& c) {
-                     if (secret) return std::string((c.*field).empty() ? "" : "<set>");
-                     return c.*field;
-                   }};
+  ConfigKey k = ParsedKey<std::string>(
+      name, help, field, [](std::string_view v) -> Result<std::string> { return std::string(v); },
+      [secret](const std::string& v) {
+        return secret ? std::string(v.empty() ? "" : "<set>") : v;
+      });
+  k.secret = secret;
+  return k;
 }
 
 ConfigKey U32Key(std::string_view name, std::string_view help, uint32_t ServerConfig::*field,
                  uint32_t min_value) {
-  return ConfigKey{name,
-                   help,
-                   "",
-                   false,
-                   [field, min_value](ServerConfig& c, std::string_view v) -> Status {
-                     HYPIC_ASSIGN_OR_RETURN(uint64_t n, ParseUnsigned(v));
-                     if (n < min_value || n > std::numeric_limits<uint32_t>::max()) {
-                       return BadRequest(fmt::format("{} is out of range [{}, {}]", n, min_value,
-                                                     std::numeric_limits<uint32_t>::max()));
-                     }
-                     c.*field = static_cast<uint32_t>(n);
-                     return Status::Ok();
-                   },
-                   [field](const ServerConfig& c) { return std::to_string(c.*field); }};
+  return ParsedKey<uint32_t>(
+      name, help, field,
+      [min_value](std::string_view v) -> Result<uint32_t> {
+        HYPIC_ASSIGN_OR_RETURN(uint64_t n, ParseUnsigned(v));
+        if (n < min_value || n > std::numeric_limits<uint32_t>::max()) {
+          return BadRequest(fmt::format("{} is out of range [{}, {}]", n, min_value,
+                                        std::numeric_limits<uint32_t>::max()));
+        }
+        return static_cast<uint32_t>(n);
+      },
+      [](const uint32_t& v) { return std::to_string(v); });
 }
 
 ConfigKey BytesKey(std::string_view name, std::string_view help, uint64_t ServerConfig::*field,
                    uint64_t min_value) {
-  return ConfigKey{name,
-                   help,
-                   "",
-                   false,
-                   [field, min_value](ServerConfig& c, std::string_view v) -> Status {
-                     HYPIC_ASSIGN_OR_RETURN(uint64_t n, ParseBytes(v));
-                     if (n < min_value) {
-                       return BadRequest(fmt::format("{} is below the minimum {}", n, min_value));
-                     }
-                     c.*field = n;
-                     return Status::Ok();
-                   },
-                   [field](const ServerConfig& c) { return FormatBytes(c.*field); }};
+  return ParsedKey<uint64_t>(
+      name, help, field,
+      [min_value](std::string_view v) -> Result<uint64_t> {
+        HYPIC_ASSIGN_OR_RETURN(uint64_t n, ParseBytes(v));
+        if (n < min_value)
+          return BadRequest(fmt::format("{} is below the minimum {}", n, min_value));
+        return n;
+      },
+      FormatBytes);
 }
 
+// A byte count or "auto" (nullopt: sized from the machine by ResolveMachineDefaults).
 ConfigKey CapacityKey(std::string_view name, std::string_view help,
                       std::optional<uint64_t> ServerConfig::*field) {
-  return ConfigKey{name,
-                   help,
-                   "auto",
-                   false,
-                   [field](ServerConfig& c, std::string_view v) -> Status {
-                     if (Lower(Trim(v)) == "auto") {
-                       c.*field = std::nullopt;
-                       return Status::Ok();
-                     }
-                     HYPIC_ASSIGN_OR_RETURN(uint64_t n, ParseBytes(v));
-                     c.*field = n;
-                     return Status::Ok();
-                   },
-                   [field](const ServerConfig& c) {
-                     return (c.*field).has_value() ? FormatBytes(*(c.*field)) : "auto";
-                   }};
+  return ParsedKey<std::optional<uint64_t>>(
+      name, help, field,
+      [](std::string_view v) -> Result<std::optional<uint64_t>> {
+        if (Lower(Trim(v)) == "auto") return std::optional<uint64_t>();
+        HYPIC_ASSIGN_OR_RETURN(uint64_t n, ParseBytes(v));
+        return std::optional<uint64_t>(n);
+      },
+      [](const std::optional<uint64_t>& v) { return v ? FormatBytes(*v) : "auto"; }, "auto");
 }
 
 ConfigKey DurationKey(std::string_view name, std::string_view help, uint32_t ServerConfig::*field) {
-  return ConfigKey{name,
-                   help,
-                   "",
-                   false,
-                   [field](ServerConfig& c, std::string_view v) -> Status {
-                     HYPIC_ASSIGN_OR_RETURN(uint32_t ms, ParseDurationMs(v));
-                     if (ms == 0) return BadRequest("a timeout of 0 is not allowed");
-                     c.*field = ms;
-                     return Status::Ok();
-                   },
-                   [field](const ServerConfig& c) { return fmt::format("{}ms", c.*field); }};
+  return ParsedKey<uint32_t>(
+      name, help, field,
+      [](std::string_view v) -> Result<uint32_t> {
+        HYPIC_ASSIGN_OR_RETURN(uint32_t ms, ParseDurationMs(v));
+        if (ms == 0) return BadRequest("a timeout of 0 is not allowed");
+        return ms;
+      },
+      [](const uint32_t& ms) { return fmt::format("{}ms", ms); });
 }
 
 std::vector<ConfigKey> BuildKeys() {
   std::vector<ConfigKey> keys;
-  keys.push_back(ConfigKey{"listen", "TCP address host:port ([v6]:port); port 0 picks a free port",
-                           "", false,
-                           [](ServerConfig& c, std::string_view v) -> Status {
-                             HYPIC_ASSIGN_OR_RETURN(c.listen, Endpoint::Parse(v));
-                             return Status::Ok();
-                           },
-                           [](const ServerConfig& c) { return c.listen.ToString(); }});
+  keys.push_back(ParsedKey<Endpoint>(
+      "listen", "TCP address host:port ([v6]:port); port 0 picks a free port",
+      &ServerConfig::listen, Endpoint::Parse, [](const Endpoint& e) { return e.ToString(); }));
   keys.push_back(StringKey("unix_socket",
                            "unix socket path; empty = <data_dir>/hypicd.sock; 'off' disables",
                            &ServerConfig::unix_socket));
@@ -158,17 +149,15 @@ std::vector<ConfigKey> BuildKeys() {
   keys.push_back(StringKey("admin_token",
                            "token for admin operations (STATS, EVICT, PIN, FLUSH, CONFIG, ...)",
                            &ServerConfig::admin_token, /*secret=*/true));
-  keys.push_back(ConfigKey{
-      "metrics", "Prometheus endpoint host:port serving /metrics; 'off' disables", "", false,
-      [](ServerConfig& c, std::string_view v) -> Status {
-        if (Lower(Trim(v)) == "off") {
-          c.metrics.reset();
-          return Status::Ok();
-        }
-        HYPIC_ASSIGN_OR_RETURN(c.metrics, Endpoint::Parse(v));
-        return Status::Ok();
+  keys.push_back(ParsedKey<std::optional<Endpoint>>(
+      "metrics", "Prometheus endpoint host:port serving /metrics; 'off' disables",
+      &ServerConfig::metrics,
+      [](std::string_view v) -> Result<std::optional<Endpoint>> {
+        if (Lower(Trim(v)) == "off") return std::optional<Endpoint>();
+        HYPIC_ASSIGN_OR_RETURN(Endpoint e, Endpoint::Parse(v));
+        return std::optional<Endpoint>(std::move(e));
       },
-      [](const ServerConfig& c) { return c.metrics ? c.metrics->ToString() : "off"; }});
+      [](const std::optional<Endpoint>& e) { return e ? e->ToString() : "off"; }));
   keys.push_back(StringKey("ready_file",
                            "file written once serving, with the bound addresses (for scripts)",
                            &ServerConfig::ready_file));
@@ -235,12 +224,9 @@ std::vector<ConfigKey> BuildKeys() {
                              &ServerConfig::drain_timeout_ms));
   keys.push_back(StringKey("log_level", "trace, debug, info, warn, error, critical or off",
                            &ServerConfig::log_level));
-  keys.push_back(ConfigKey{"log_json", "one JSON object per log line", "", false,
-                           [](ServerConfig& c, std::string_view v) -> Status {
-                             HYPIC_ASSIGN_OR_RETURN(c.log_json, ParseBool(v));
-                             return Status::Ok();
-                           },
-                           [](const ServerConfig& c) { return c.log_json ? "true" : "false"; }});
+  keys.push_back(ParsedKey<bool>("log_json", "one JSON object per log line",
+                                 &ServerConfig::log_json, ParseBool,
+                                 [](const bool& b) { return b ? "true" : "false"; }));
   // Defaults are printed from a default-constructed config, so they never go stale.
   static const ServerConfig kDefaults;
   static std::vector<std::string> default_texts;
@@ -281,41 +267,46 @@ Status SetKey(ServerConfig& c, const ConfigKey& key, std::string_view value,
   return Status::Ok();
 }
 
-Status ApplyTomlFile(ServerConfig& c, const std::string& path) {
-  toml::table table;
+// Parses the TOML layer: `text` when given, else the file at `name`. Errors name the file
+// and, for syntax errors, the line and column.
+Result<toml::table> ParseToml(const std::string& name, std::optional<std::string_view> text) {
   try {
-    table = toml::parse_file(path);
+    return text ? toml::parse(*text, name) : toml::parse_file(name);
   } catch (const toml::parse_error& e) {
     const auto& where = e.source().begin;
     return BadRequest(
-        fmt::format("config file {}:{}:{}: {}", path, where.line, where.column, e.description()));
+        fmt::format("config file {}:{}:{}: {}", name, where.line, where.column, e.description()));
   } catch (const std::exception& e) {
-    return BadRequest(fmt::format("config file {}: {}", path, e.what()));
+    return BadRequest(fmt::format("config file {}: {}", name, e.what()));
   }
-  for (const auto& [name, node] : table) {
-    std::string key_name(name.str());
+}
+
+Status ApplyToml(ServerConfig& c, const std::string& name, std::optional<std::string_view> text) {
+  HYPIC_ASSIGN_OR_RETURN(toml::table table, ParseToml(name, text));
+  std::string source = fmt::format("file {}", name);
+  for (const auto& [key_name_view, node] : table) {
+    std::string key_name(key_name_view.str());
     const ConfigKey* key = FindKey(key_name);
-    std::string source = fmt::format("file {}", path);
     if (key == nullptr) {
       return BadRequest(fmt::format("config key '{}' ({}): unknown key", key_name, source));
     }
-    std::string text;
+    std::string value;
     if (auto s = node.value_exact<std::string>()) {
-      text = *s;
+      value = *s;
     } else if (auto i = node.value_exact<int64_t>()) {
       if (*i < 0) {
         return BadRequest(fmt::format("config key '{}' ({}): negative value", key_name, source));
       }
-      text = std::to_string(*i);
+      value = std::to_string(*i);
     } else if (auto b = node.value_exact<bool>()) {
-      text = *b ? "true" : "false";
+      value = *b ? "true" : "false";
     } else {
       return BadRequest(fmt::format(
           "config key '{}' ({}): expected a string, an integer or a boolean", key_name, source));
     }
-    HYPIC_RETURN_IF_ERROR(SetKey(c, *key, text, source));
+    HYPIC_RETURN_IF_ERROR(SetKey(c, *key, value, source));
   }
-  c.config_file = path;
+  c.config_file = name;
   return Status::Ok();
 }
 
@@ -472,7 +463,12 @@ Result<bool> ParseBool(std::string_view text) {
   return BadRequest(fmt::format("'{}' is not a boolean (true/false)", t));
 }
 
-Result<ServerConfig> LoadConfig(const std::vector<std::string>& args, const EnvLookup& env) {
+namespace {
+
+// LoadConfig with the TOML layer's text given (`toml`), or read from the --config /
+// HYPIC_CONFIG file (`toml` unset).
+Result<ServerConfig> Load(const std::vector<std::string>& args, const EnvLookup& env,
+                          std::optional<std::pair<std::string_view, std::string>> toml) {
   // Flags are parsed first (into strings) only to learn --config; they are applied last.
   CLI::App app("hypicd");
   std::string config_file;
@@ -483,14 +479,18 @@ Result<ServerConfig> LoadConfig(const std::vector<std::string>& args, const EnvL
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
     app.parse(reversed);
-  } catch (const CLI::ParseError& e) {
+  } catch (const std::exception& e) {  // CLI::ParseError, or anything else CLI11 throws
     return BadRequest(fmt::format("command line: {}", e.what()));
   }
 
   ServerConfig c;
   c.check_only = check_only;
-  if (config_file.empty()) config_file = env("HYPIC_CONFIG").value_or("");
-  if (!config_file.empty()) HYPIC_RETURN_IF_ERROR(ApplyTomlFile(c, config_file));
+  if (toml) {
+    HYPIC_RETURN_IF_ERROR(ApplyToml(c, toml->second, toml->first));
+  } else {
+    if (config_file.empty()) config_file = env("HYPIC_CONFIG").value_or("");
+    if (!config_file.empty()) HYPIC_RETURN_IF_ERROR(ApplyToml(c, config_file, std::nullopt));
+  }
 
   const auto& keys = ConfigKeys();
   for (const auto& k : keys) {
@@ -530,6 +530,18 @@ Result<ServerConfig> LoadConfig(const std::vector<std::string>& args, const EnvL
         c.log_level));
   }
   return c;
+}
+
+}  // namespace
+
+Result<ServerConfig> LoadConfig(const std::vector<std::string>& args, const EnvLookup& env) {
+  return Load(args, env, std::nullopt);
+}
+
+Result<ServerConfig> LoadConfigWithToml(std::string_view toml, std::string name,
+                                        const std::vector<std::string>& args,
+                                        const EnvLookup& env) {
+  return Load(args, env, std::make_pair(toml, std::move(name)));
 }
 
 std::string ConfigHelp() {
@@ -584,18 +596,27 @@ std::string DumpConfig(const ServerConfig& c) {
   std::string out;
   for (const auto& k : ConfigKeys()) {
     std::string v = k.get(c);
-    bool quoted = k.name != "log_json" && !std::all_of(v.begin(), v.end(), [](char ch) {
-                    return std::isdigit(static_cast<unsigned char>(ch));
-                  });
-    if (v.empty()) quoted = true;
-    if (!quoted) {
+    // Bare integers only where TOML reads them back as the same number (i64).
+    bool bare = k.name == "log_json" ||
+                (!v.empty() && v.size() <= 18 && std::all_of(v.begin(), v.end(), [](char ch) {
+                  return std::isdigit(static_cast<unsigned char>(ch));
+                }));
+    if (bare) {
       out += fmt::format("{} = {}\n", k.name, v);
       continue;
     }
+    // A TOML basic string: quotes, backslashes and control characters escaped.
     std::string escaped;
     for (char ch : v) {
-      if (ch == '"' || ch == '\\') escaped += '\\';
-      escaped += ch;
+      auto u = static_cast<unsigned char>(ch);
+      if (ch == '"' || ch == '\\') {
+        escaped += '\\';
+        escaped += ch;
+      } else if (u < 0x20 || u == 0x7F) {
+        escaped += fmt::format("\\u{:04X}", u);
+      } else {
+        escaped += ch;
+      }
     }
     out += fmt::format("{} = \"{}\"\n", k.name, escaped);
   }

@@ -107,6 +107,11 @@ EnvLookup ProcessEnv();
 // Reads file < env < flags. `args` excludes argv[0]. Does not resolve machine defaults, so the
 // result is deterministic for tests. Returns kBadRequest naming the key on any bad value.
 Result<ServerConfig> LoadConfig(const std::vector<std::string>& args, const EnvLookup& env);
+// LoadConfig with the TOML layer given as text (`name` stands for the file in messages and
+// config_file) instead of read from --config / HYPIC_CONFIG, which are then ignored. For tests
+// and the fuzz target: the same parsing and checks as a real file.
+Result<ServerConfig> LoadConfigWithToml(std::string_view toml, std::string name,
+                                        const std::vector<std::string>& args, const EnvLookup& env);
 
 // The --help text (every key with its flag, variable and default).
 std::string ConfigHelp();

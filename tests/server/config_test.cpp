@@ -184,5 +184,41 @@ TEST_CASE("machine defaults and the dump round-trip through a file") {
   CHECK(DumpConfig(*again) == dump);
 }
 
+TEST_CASE("the dump is valid TOML for any text value and any size") {
+  // Control characters, quotes and backslashes in strings (possible from env and flags), and
+  // byte counts above TOML's i64 range, all load back to the same dump.
+  auto c = LoadConfig({"--data-dir",
+                       "a\"b\\c\nd\te\x01"
+                       "g\x7f",
+                       "--max-body-bytes", "18446744073709551615", "--ram-capacity", "16TiB"},
+                      MapEnv({{"HYPIC_READY_FILE", "line1\r\nline2"}}));
+  REQUIRE_OK(c);
+  std::string dump = DumpConfig(*c);
+  CHECK(dump.find("max_body_bytes = \"18446744073709551615\"") != std::string::npos);
+  CHECK(dump.find("ram_capacity = \"16TiB\"") != std::string::npos);
+  CHECK(dump.find("\\u0001") != std::string::npos);
+  auto again = LoadConfigWithToml(dump, "dump.toml", {}, MapEnv({}));
+  REQUIRE_OK(again);
+  CHECK(again->data_dir == c->data_dir);
+  CHECK(again->ready_file == c->ready_file);
+  CHECK(again->max_body_bytes == c->max_body_bytes);
+  CHECK(again->config_file == "dump.toml");
+  CHECK(DumpConfig(*again) == dump);
+}
+
+TEST_CASE("TOML given as text gets the file's checks and precedence") {
+  auto c = LoadConfigWithToml("max_connections = 10\nidle_timeout_ms = \"2s\"\n", "inline.toml",
+                              {"--max-connections", "12"}, MapEnv({}));
+  REQUIRE_OK(c);
+  CHECK(c->max_connections == 12);  // the flag wins
+  CHECK(c->idle_timeout_ms == 2000);
+  auto bad = LoadConfigWithToml("max_connections = [1]\n", "inline.toml", {}, MapEnv({}));
+  REQUIRE(!bad.ok());
+  CHECK(bad.status().message().find("'max_connections' (file inline.toml)") != std::string::npos);
+  auto broken = LoadConfigWithToml("x = = 1", "inline.toml", {}, MapEnv({}));
+  REQUIRE(!broken.ok());
+  CHECK(broken.status().message().find("config file inline.toml:1:") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace hypic::server
