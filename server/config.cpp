@@ -185,8 +185,9 @@ std::vector<ConfigKey> BuildKeys() {
       "prefix_cache_capacity",
       "COMPOSE mode prefix checkpoint bytes; auto = min(4GiB, 25% of the RAM tier); 0 disables",
       &ServerConfig::prefix_cache_capacity));
-  keys.push_back(
-      U32Key("io_threads", "network threads; 0 = one per core", &ServerConfig::io_threads, 0));
+  keys.push_back(U32Key("io_threads",
+                        "network threads, each serving its own connections; 0 = one per core",
+                        &ServerConfig::io_threads, 0));
   keys.push_back(U32Key("compute_workers", "threads running PREFILL and COMPOSE",
                         &ServerConfig::compute_workers, 1));
   keys.push_back(

@@ -28,6 +28,14 @@ namespace {
 
 constexpr auto kDrainTick = std::chrono::milliseconds(20);
 
+// `io_threads` io_contexts (0: one per core), each to be run by one thread.
+std::vector<std::unique_ptr<asio::io_context>> MakeContexts(uint32_t io_threads) {
+  unsigned n = io_threads != 0 ? io_threads : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::unique_ptr<asio::io_context>> contexts;
+  for (unsigned i = 0; i < n; ++i) contexts.push_back(std::make_unique<asio::io_context>(1));
+  return contexts;
+}
+
 Result<asio::ip::address> ResolveHost(const std::string& host) {
   if (host == "localhost") return asio::ip::make_address("127.0.0.1");
   boost::system::error_code ec;
@@ -42,6 +50,8 @@ Result<asio::ip::address> ResolveHost(const std::string& host) {
 
 Server::Server(ServerConfig config)
     : config_(std::move(config)),
+      contexts_(MakeContexts(config_.io_threads)),
+      io_(*contexts_[0]),
       tcp_acceptor_(io_),
       unix_acceptor_(io_),
       signals_(io_),
@@ -242,9 +252,17 @@ Status Server::WriteReadyFile(uint16_t metrics_port) const {
   return Status::Ok();
 }
 
+asio::io_context& Server::NextContext() {
+  asio::io_context& c = *contexts_[next_context_];
+  next_context_ = (next_context_ + 1) % contexts_.size();
+  return c;
+}
+
 void Server::AcceptTcp() {
-  tcp_acceptor_.async_accept([this](const boost::system::error_code& ec,
-                                    asio::ip::tcp::socket socket) {
+  // The socket is created on the context that will serve it, so its I/O completes there.
+  asio::io_context& context = NextContext();
+  tcp_acceptor_.async_accept(context, [this, &context](const boost::system::error_code& ec,
+                                                       asio::ip::tcp::socket socket) {
     if (ec) {
       if (ec == asio::error::operation_aborted || draining_) return;
       // EMFILE and friends: keep accepting; the error is transient or the limit will show.
@@ -256,31 +274,33 @@ void Server::AcceptTcp() {
       bool local = !opt_ec && remote.address().is_loopback();
       std::string peer =
           opt_ec ? "tcp:?" : fmt::format("tcp:{}:{}", remote.address().to_string(), remote.port());
-      Admit(std::move(socket), local, std::move(peer));
+      Admit(context, std::move(socket), local, std::move(peer));
     }
     if (!draining_) AcceptTcp();
   });
 }
 
 void Server::AcceptUnix() {
-  unix_acceptor_.async_accept(
-      [this](const boost::system::error_code& ec, asio::local::stream_protocol::socket socket) {
-        if (ec) {
-          if (ec == asio::error::operation_aborted || draining_) return;
-          HYPIC_LOG_WARN("accept (unix): {}", ec.message());
-        } else {
-          Admit(std::move(socket), /*local=*/true, "unix");
-        }
-        if (!draining_) AcceptUnix();
-      });
+  asio::io_context& context = NextContext();
+  unix_acceptor_.async_accept(context,
+                              [this, &context](const boost::system::error_code& ec,
+                                               asio::local::stream_protocol::socket socket) {
+                                if (ec) {
+                                  if (ec == asio::error::operation_aborted || draining_) return;
+                                  HYPIC_LOG_WARN("accept (unix): {}", ec.message());
+                                } else {
+                                  Admit(context, std::move(socket), /*local=*/true, "unix");
+                                }
+                                if (!draining_) AcceptUnix();
+                              });
 }
 
 template <typename ProtoSocket>
-void Server::Admit(ProtoSocket socket, bool local, std::string peer) {
+void Server::Admit(asio::io_context& context, ProtoSocket socket, bool local, std::string peer) {
   uint64_t id = next_session_id_.fetch_add(1);
   auto session =
-      std::make_shared<Session>(*this, asio::make_strand(io_), Session::Socket(std::move(socket)),
-                                id, local, std::move(peer));
+      std::make_shared<Session>(*this, asio::make_strand(context),
+                                Session::Socket(std::move(socket)), id, local, std::move(peer));
   bool refuse = false;
   {
     MutexLock lock(&mu_);
@@ -343,7 +363,7 @@ void Server::OnDrainTick() {
   auto elapsed = std::chrono::steady_clock::now() - drain_started_;
   bool expired = elapsed > std::chrono::milliseconds(config_.drain_timeout_ms);
   if (open == 0) {
-    io_.stop();
+    StopContexts();
     return;
   }
   if (expired) {
@@ -365,12 +385,17 @@ void Server::OnDrainTick() {
   });
 }
 
+void Server::StopContexts() {
+  for (auto& g : guards_) g.reset();
+  for (auto& c : contexts_) c->stop();
+}
+
 int Server::Run() {
-  unsigned n = config_.io_threads != 0 ? config_.io_threads
-                                       : std::max(1u, std::thread::hardware_concurrency());
+  // Idle contexts (no connection yet) must keep running until the drain stops them.
+  for (auto& c : contexts_) guards_.push_back(asio::make_work_guard(*c));
   std::vector<std::thread> threads;
-  threads.reserve(n);
-  for (unsigned i = 0; i < n; ++i) threads.emplace_back([this] { io_.run(); });
+  threads.reserve(contexts_.size());
+  for (auto& c : contexts_) threads.emplace_back([ctx = c.get()] { ctx->run(); });
   for (auto& t : threads) t.join();
   compute_->Stop();
   Status flushed = handlers_->Flush();
