@@ -4,15 +4,23 @@
 // run:
 //   - GET throughput and p50/p99 latency for 1, 4 and 16 MiB values at 1, 8 and 64
 //     connections (one blocking client thread per connection, closed loop);
-//   - HAS probes/s for batches of 64 keys (half present), against Redis's EXISTS k1..k64.
+//   - HAS probes/s for batches of 64 keys (half present), against Redis's EXISTS k1..k64;
+//   - for both, the CPU time per operation of the server process and of the client threads,
+//     which hardly moves with other load on the machine (throughput on a shared machine does).
 // Both are driven by minimal blocking clients written here (Lean for hypicd, Resp for Redis:
 // GET, SET, EXISTS) that read replies straight into reused buffers, as a tuned client would;
-// hypic::client only stores the data. Both servers are
-// stopped afterwards. Target: hypicd GET >= 1.5x Redis for MiB-sized values, at a lower p99.
+// Lean also verifies every reply's body checksum as the bytes arrive. hypic::client only
+// stores the data. Each point is measured --repeat times per system, alternating hypicd and
+// Redis, and the medians are reported. --server-cpus pins both servers to the same CPUs
+// (hypicd then runs one io thread per CPU; Redis is single-threaded), --client-cpus the client
+// threads. Both servers are stopped afterwards. Target: hypicd GET >= 1.5x Redis for
+// MiB-sized values, at a lower p99.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -58,13 +66,30 @@ struct Options {
   std::string hypicd;
   std::string redis = "redis-server";
   bool json = false;
+  int repeat = 3;                // measurements per point and system; medians are reported
+  std::vector<int> server_cpus;  // both servers run on these CPUs (empty: all)
+  std::vector<int> client_cpus;  // every client thread runs on these CPUs (empty: all)
 };
+
+// Pins the calling thread to `cpus` (no-op when empty); returns the mask it had. A child
+// spawned from the thread inherits the mask, which is how both servers get the same CPUs.
+cpu_set_t PinThread(const std::vector<int>& cpus) {
+  cpu_set_t old;
+  CPU_ZERO(&old);
+  ::pthread_getaffinity_np(::pthread_self(), sizeof(old), &old);
+  if (cpus.empty()) return old;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  ::pthread_setaffinity_np(::pthread_self(), sizeof(set), &set);
+  return old;
+}
 
 // A child process (hypicd or redis-server) with output to a log file; SIGTERM on destruction.
 class Child {
  public:
-  static Result<std::unique_ptr<Child>> Spawn(std::vector<std::string> args,
-                                              const std::string& log) {
+  static Result<std::unique_ptr<Child>> Spawn(std::vector<std::string> args, const std::string& log,
+                                              const std::vector<int>& cpus) {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -73,7 +98,9 @@ class Child {
     posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     pid_t pid = -1;
+    cpu_set_t old = PinThread(cpus);
     int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+    ::pthread_setaffinity_np(::pthread_self(), sizeof(old), &old);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) return IoError(fmt::format("cannot start {}: {}", args[0], std::strerror(rc)));
     auto c = std::make_unique<Child>();
@@ -81,6 +108,21 @@ class Child {
     return c;
   }
   ~Child() { Stop(); }
+  // CPU seconds (user + system, all threads) the process has used so far; 0 when unknown.
+  double CpuSeconds() const {
+    std::ifstream f(fmt::format("/proc/{}/stat", pid_));
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    size_t close = stat.rfind(')');  // the command name may hold spaces
+    if (close == std::string::npos) return 0;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string field;
+    double ticks = 0;
+    // After the name: state is field 3; utime and stime are fields 14 and 15.
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i >= 14) ticks += std::stod(field);
+    }
+    return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  }
   bool Exited() {
     int st = 0;
     return pid_ < 0 || ::waitpid(pid_, &st, WNOHANG) == pid_;
@@ -356,8 +398,17 @@ struct Point {
   int size_mib = 0;
   int conns = 0;
   double ops_per_s = 0, gb_per_s = 0, p50_ms = 0, p99_ms = 0;
+  // CPU time per operation: the server process's, and the client threads' together. Unlike
+  // throughput, these hardly move with other load on the machine.
+  double server_cpu_us = 0, client_cpu_us = 0;
   uint64_t errors = 0;
 };
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 double Percentile(std::vector<double>& v, double q) {
   if (v.empty()) return 0;
@@ -370,8 +421,10 @@ double Percentile(std::vector<double>& v, double q) {
 // returned operation in a closed loop for `seconds`. Each op returns its bytes, or -1 on error.
 template <typename MakeWorker>
 Point Measure(const std::string& system, const std::string& op, int size_mib, int conns,
-              double seconds, MakeWorker make_worker) {
+              double seconds, const std::vector<int>& cpus, const Child& server,
+              MakeWorker make_worker) {
   std::vector<std::vector<double>> lat(static_cast<size_t>(conns));
+  std::vector<double> client_cpu(static_cast<size_t>(conns), 0);
   std::vector<uint64_t> bytes(static_cast<size_t>(conns), 0), errors(static_cast<size_t>(conns), 0);
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
@@ -379,9 +432,11 @@ Point Measure(const std::string& system, const std::string& op, int size_mib, in
   Clock::time_point end;
   for (int t = 0; t < conns; ++t) {
     threads.emplace_back([&, t] {
+      PinThread(cpus);
       auto worker = make_worker();
       ready.fetch_add(1);
       while (!go.load()) std::this_thread::yield();
+      double cpu0 = ThreadCpuSeconds();
       auto& my = lat[static_cast<size_t>(t)];
       while (Clock::now() < end) {
         auto t0 = Clock::now();
@@ -394,14 +449,17 @@ Point Measure(const std::string& system, const std::string& op, int size_mib, in
         my.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
         bytes[static_cast<size_t>(t)] += static_cast<uint64_t>(n);
       }
+      client_cpu[static_cast<size_t>(t)] = ThreadCpuSeconds() - cpu0;
     });
   }
   while (ready.load() < conns) std::this_thread::sleep_for(1ms);
+  double server_cpu0 = server.CpuSeconds();
   auto start = Clock::now();
   end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   go = true;
   for (auto& th : threads) th.join();
   double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  double server_cpu = server.CpuSeconds() - server_cpu0;
   std::vector<double> all;
   uint64_t total_bytes = 0, errs = 0;
   for (int t = 0; t < conns; ++t) {
@@ -419,7 +477,42 @@ Point Measure(const std::string& system, const std::string& op, int size_mib, in
   p.p50_ms = Percentile(all, 0.50);
   p.p99_ms = Percentile(all, 0.99);
   p.errors = errs;
+  double ops = std::max<double>(1, static_cast<double>(all.size()));
+  p.server_cpu_us = server_cpu / ops * 1e6;
+  for (double c : client_cpu) p.client_cpu_us += c;
+  p.client_cpu_us = p.client_cpu_us / ops * 1e6;
   return p;
+}
+
+// The point whose every figure is the median over `reps` (errors: the sum).
+Point MedianPoint(std::vector<Point> reps) {
+  auto median = [&](double Point::*f) {
+    std::vector<double> v;
+    for (const auto& r : reps) v.push_back(r.*f);
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  Point p = reps.front();
+  p.ops_per_s = median(&Point::ops_per_s);
+  p.gb_per_s = median(&Point::gb_per_s);
+  p.p50_ms = median(&Point::p50_ms);
+  p.p99_ms = median(&Point::p99_ms);
+  p.server_cpu_us = median(&Point::server_cpu_us);
+  p.client_cpu_us = median(&Point::client_cpu_us);
+  p.errors = 0;
+  for (const auto& r : reps) p.errors += r.errors;
+  return p;
+}
+
+// Measures both systems `repeat` times, alternating, so drift in the machine's load touches
+// both alike; returns {hypicd, redis}, each the median of its repetitions.
+template <typename MeasureOne>
+std::array<Point, 2> MeasurePair(int repeat, MeasureOne measure_one) {
+  std::array<std::vector<Point>, 2> reps;
+  for (int r = 0; r < repeat; ++r) {
+    for (int sys = 0; sys < 2; ++sys) reps[static_cast<size_t>(sys)].push_back(measure_one(sys));
+  }
+  return {MedianPoint(reps[0]), MedianPoint(reps[1])};
 }
 
 std::string SelfDir() {
@@ -442,11 +535,16 @@ int Run(const Options& o) {
   // hypicd: no model, RAM tier only, sized for every value of the run.
   std::string hypicd = o.hypicd.empty() ? SelfDir() + "/hypicd" : o.hypicd;
   std::string ready = tmp + "/ready";
-  auto daemon =
-      Child::Spawn({hypicd, "--model", "none", "--data-dir", tmp + "/data", "--listen",
-                    "127.0.0.1:0", "--metrics", "off", "--ready-file", ready, "--ram-capacity",
-                    "2GiB", "--ssd-capacity", "0", "--log-level", "warn"},
-                   tmp + "/hypicd.log");
+  // hypicd runs one io thread per CPU it is given (its default: one per core of the machine).
+  std::vector<std::string> daemon_args = {
+      hypicd,        "--model",        "none", "--data-dir",   tmp + "/data", "--listen",
+      "127.0.0.1:0", "--metrics",      "off",  "--ready-file", ready,         "--ram-capacity",
+      "2GiB",        "--ssd-capacity", "0",    "--log-level",  "warn"};
+  if (!o.server_cpus.empty()) {
+    daemon_args.push_back("--io-threads");
+    daemon_args.push_back(std::to_string(o.server_cpus.size()));
+  }
+  auto daemon = Child::Spawn(daemon_args, tmp + "/hypicd.log", o.server_cpus);
   if (!daemon.ok()) {
     fmt::print(stderr, "net: {}\n", daemon.status().ToString());
     return kExitUnavailable;
@@ -456,7 +554,7 @@ int Run(const Options& o) {
       Child::Spawn({o.redis, "--port", std::to_string(redis_port), "--bind", "127.0.0.1", "--save",
                     "", "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no",
                     "--client-output-buffer-limit", "normal 0 0 0", "--dir", tmp},
-                   tmp + "/redis.log");
+                   tmp + "/redis.log", o.server_cpus);
   if (!redis.ok()) {
     fmt::print(stderr, "net: {}\n", redis.status().ToString());
     return kExitUnavailable;
@@ -520,37 +618,40 @@ int Run(const Options& o) {
     }
     const uint64_t size = (*bytes)->size();
     for (int conns : o.conns) {
-      for (int sys = 0; sys < 2; ++sys) {
-        Point p;
+      auto pair = MeasurePair(o.repeat, [&](int sys) {
         if (sys == 0) {
-          p = Measure("hypicd", "GET", mib, conns, o.seconds, [&]() -> std::function<int64_t()> {
-            auto c = Lean::Connect(port);
-            if (!c.ok()) return {};
-            auto shared = std::make_shared<Lean>(std::move(c).value());
-            return [shared, key, size]() -> int64_t {
-              Status st = shared->Call(protocol::Opcode::kGet, key);
-              return st.ok() && shared->body().size() == size ? static_cast<int64_t>(size) : -1;
-            };
-          });
-        } else {
-          p = Measure("redis", "GET", mib, conns, o.seconds, [&]() -> std::function<int64_t()> {
-            auto c = Resp::Connect(redis_port);
-            if (!c.ok()) return {};
-            auto shared = std::make_shared<Resp>(std::move(c).value());
-            auto buf = std::make_shared<std::vector<char>>();
-            return [shared, buf, rkey, size]() -> int64_t {
-              if (!shared->Command({"GET", rkey}).ok()) return -1;
-              if (!shared->Reply(buf.get(), nullptr).ok()) return -1;
-              return buf->size() == size ? static_cast<int64_t>(size) : -1;
-            };
-          });
+          return Measure(
+              "hypicd", "GET", mib, conns, o.seconds, o.client_cpus, **daemon,
+              [&]() -> std::function<int64_t()> {
+                auto c = Lean::Connect(port);
+                if (!c.ok()) return {};
+                auto shared = std::make_shared<Lean>(std::move(c).value());
+                return [shared, key, size]() -> int64_t {
+                  Status st = shared->Call(protocol::Opcode::kGet, key);
+                  return st.ok() && shared->body().size() == size ? static_cast<int64_t>(size) : -1;
+                };
+              });
         }
+        return Measure("redis", "GET", mib, conns, o.seconds, o.client_cpus, **redis,
+                       [&]() -> std::function<int64_t()> {
+                         auto c = Resp::Connect(redis_port);
+                         if (!c.ok()) return {};
+                         auto shared = std::make_shared<Resp>(std::move(c).value());
+                         auto buf = std::make_shared<std::vector<char>>();
+                         return [shared, buf, rkey, size]() -> int64_t {
+                           if (!shared->Command({"GET", rkey}).ok()) return -1;
+                           if (!shared->Reply(buf.get(), nullptr).ok()) return -1;
+                           return buf->size() == size ? static_cast<int64_t>(size) : -1;
+                         };
+                       });
+      });
+      for (const Point& p : pair) {
         if (!o.json) {
           fmt::print(
               "GET {:>2} MiB  conns {:>2}  {:<7} {:>7.2f} GB/s {:>8.0f} ops/s  p50 {:>8.2f} ms  "
-              "p99 {:>8.2f} ms{}\n",
-              mib, conns, p.system, p.gb_per_s, p.ops_per_s, p.p50_ms, p.p99_ms,
-              p.errors ? fmt::format("  ({} errors)", p.errors) : "");
+              "p99 {:>8.2f} ms  cpu/op server {:>6.0f} us client {:>6.0f} us{}\n",
+              mib, conns, p.system, p.gb_per_s, p.ops_per_s, p.p50_ms, p.p99_ms, p.server_cpu_us,
+              p.client_cpu_us, p.errors ? fmt::format("  ({} errors)", p.errors) : "");
         }
         points.push_back(p);
       }
@@ -584,50 +685,54 @@ int Run(const Options& o) {
       }
     }
   }
+  const int64_t batch = o.has_batch;
+  protocol::HasRequest has;
+  has.keys = keys;
+  auto request = std::make_shared<protocol::Bytes>(protocol::Encode(has));
   for (int conns : {1, 8}) {
-    for (int sys = 0; sys < 2; ++sys) {
-      Point p;
-      int64_t batch = o.has_batch;
+    auto pair = MeasurePair(o.repeat, [&](int sys) {
       if (sys == 0) {
-        protocol::HasRequest has;
-        has.keys = keys;
-        auto request = std::make_shared<protocol::Bytes>(protocol::Encode(has));
-        p = Measure("hypicd", "HAS", 0, conns, o.seconds, [&]() -> std::function<int64_t()> {
-          auto c = Lean::Connect(port);
-          if (!c.ok()) return {};
-          auto shared = std::make_shared<Lean>(std::move(c).value());
-          return [shared, request, batch]() -> int64_t {
-            if (!shared->Call(protocol::Opcode::kHas, {}, *request).ok()) return -1;
-            auto r = protocol::Decode<protocol::HasReply>(shared->body());
-            if (!r.ok() || static_cast<int64_t>(r->tiers.size()) != batch) return -1;
-            int64_t hits = 0;
-            for (auto t : r->tiers) hits += t != protocol::Tier::kNone;
-            return hits == batch / 2 ? batch : -1;
-          };
-        });
-      } else {
-        p = Measure("redis", "HAS", 0, conns, o.seconds, [&]() -> std::function<int64_t()> {
-          auto c = Resp::Connect(redis_port);
-          if (!c.ok()) return {};
-          auto shared = std::make_shared<Resp>(std::move(c).value());
-          std::vector<std::string_view> cmd = {"EXISTS"};
-          for (const auto& k : rkeys) cmd.push_back(k);
-          return [shared, cmd, batch]() -> int64_t {
-            std::string line;
-            if (!shared->Command(cmd).ok() || !shared->Reply(nullptr, &line).ok()) return -1;
-            return line == ":" + std::to_string(batch / 2) ? batch : -1;
-          };
-        });
+        return Measure("hypicd", "HAS", 0, conns, o.seconds, o.client_cpus, **daemon,
+                       [&]() -> std::function<int64_t()> {
+                         auto c = Lean::Connect(port);
+                         if (!c.ok()) return {};
+                         auto shared = std::make_shared<Lean>(std::move(c).value());
+                         return [shared, request, batch]() -> int64_t {
+                           if (!shared->Call(protocol::Opcode::kHas, {}, *request).ok()) return -1;
+                           auto r = protocol::Decode<protocol::HasReply>(shared->body());
+                           if (!r.ok() || static_cast<int64_t>(r->tiers.size()) != batch) return -1;
+                           int64_t hits = 0;
+                           for (auto t : r->tiers) hits += t != protocol::Tier::kNone;
+                           return hits == batch / 2 ? batch : -1;
+                         };
+                       });
       }
+      return Measure("redis", "HAS", 0, conns, o.seconds, o.client_cpus, **redis,
+                     [&]() -> std::function<int64_t()> {
+                       auto c = Resp::Connect(redis_port);
+                       if (!c.ok()) return {};
+                       auto shared = std::make_shared<Resp>(std::move(c).value());
+                       std::vector<std::string_view> cmd = {"EXISTS"};
+                       for (const auto& k : rkeys) cmd.push_back(k);
+                       return [shared, cmd, batch]() -> int64_t {
+                         std::string line;
+                         if (!shared->Command(cmd).ok() || !shared->Reply(nullptr, &line).ok()) {
+                           return -1;
+                         }
+                         return line == ":" + std::to_string(batch / 2) ? batch : -1;
+                       };
+                     });
+    });
+    for (Point& p : pair) {
       // For HAS, "bytes" counted keys: report probes (keys) per second.
       p.ops_per_s *= static_cast<double>(batch);
       p.gb_per_s = 0;
       if (!o.json) {
         fmt::print(
             "HAS x{}      conns {:>2}  {:<7} {:>10.0f} keys/s  p50 {:>8.3f} ms  p99 {:>8.3f} "
-            "ms{}\n",
-            batch, conns, p.system, p.ops_per_s, p.p50_ms, p.p99_ms,
-            p.errors ? fmt::format("  ({} errors)", p.errors) : "");
+            "ms  cpu/op server {:>6.1f} us client {:>6.1f} us{}\n",
+            batch, conns, p.system, p.ops_per_s, p.p50_ms, p.p99_ms, p.server_cpu_us,
+            p.client_cpu_us, p.errors ? fmt::format("  ({} errors)", p.errors) : "");
       }
       points.push_back(p);
     }
@@ -657,6 +762,8 @@ int Run(const Options& o) {
                      {"gb_per_s", p->gb_per_s},
                      {"p50_ms", p->p50_ms},
                      {"p99_ms", p->p99_ms},
+                     {"server_cpu_us_per_op", p->server_cpu_us},
+                     {"client_cpu_us_per_op", p->client_cpu_us},
                      {"errors", p->errors}});
     }
   }
@@ -677,6 +784,14 @@ const bool kRegistered = RegisterSubcommand(
       sub.add_option("--hypicd", o->hypicd, "hypicd binary (default: beside hypic-bench)");
       sub.add_option("--redis-server", o->redis, "redis-server binary");
       sub.add_flag("--json", o->json, "print the points as JSON");
+      sub.add_option("--repeat", o->repeat,
+                     "measurements per point and system, alternating; medians are reported")
+          ->check(CLI::Range(1, 99));
+      sub.add_option("--server-cpus", o->server_cpus,
+                     "CPUs both servers are pinned to (hypicd gets one io thread per CPU)")
+          ->delimiter(',');
+      sub.add_option("--client-cpus", o->client_cpus, "CPUs the client threads are pinned to")
+          ->delimiter(',');
       return [o] { return Run(*o); };
     });
 
