@@ -2,10 +2,16 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <vector>
+
+#include "gpu/linear/linear_attention.h"
+#include "gpu/linear/linear_math.h"
+#include "gpu/linear/short_conv.h"
 
 namespace hypic::model {
 namespace {
@@ -42,18 +48,25 @@ float LaneSum(const float* x, int64_t n) {
 }  // namespace
 
 std::atomic<int> g_threads{static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+thread_local int t_threads = 0;  // the calling thread's ScopedComputeThreads; 0: none
 
 void SetComputeThreads(int threads) {
   g_threads.store(std::max(1, threads));
   openblas_set_num_threads(std::max(1, threads));
 }
 
-int ComputeThreads() { return g_threads.load(); }
+int ComputeThreads() { return t_threads > 0 ? t_threads : g_threads.load(); }
+
+ScopedComputeThreads::ScopedComputeThreads(int threads) : previous_(t_threads) {
+  t_threads = std::max(1, threads);
+}
+
+ScopedComputeThreads::~ScopedComputeThreads() { t_threads = previous_; }
 
 void ParallelFor(int64_t n, int64_t min_per_thread,
                  const std::function<void(int64_t, int64_t)>& fn) {
   const int64_t threads =
-      std::min<int64_t>(g_threads.load(), n / std::max<int64_t>(min_per_thread, 1));
+      std::min<int64_t>(ComputeThreads(), n / std::max<int64_t>(min_per_thread, 1));
   if (threads <= 1) {
     if (n > 0) fn(0, n);
     return;
@@ -80,14 +93,7 @@ void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const fl
 void RmsNormZeroCentred(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
                         int64_t rows, int64_t dim, float eps) {
   ParallelFor(rows, 64, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * ldx;
-      float* yr = y + r * ldy;
-      double ss = 0.0;
-      for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-      const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
-      for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * (1.0f + w[i]);
-    }
+    for (int64_t r = r0; r < r1; ++r) RmsNormZeroCentredRow(x + r * ldx, w, y + r * ldy, dim, eps);
   });
 }
 
@@ -97,25 +103,20 @@ void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_d
   if (half == 0) return;
   std::vector<double> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
-    inv_freq[static_cast<size_t>(i)] =
-        std::pow(theta, -static_cast<double>(2 * i) / static_cast<double>(rotary_dim));
+    inv_freq[static_cast<size_t>(i)] = RopeInvFreq(theta, i, rotary_dim);
   }
   ParallelFor(rows, 256, [&](int64_t r0, int64_t r1) {
     std::vector<float> cs(static_cast<size_t>(2 * half));
     for (int64_t r = r0; r < r1; ++r) {
-      const double pos = static_cast<double>(pos0 + r);
       for (int64_t i = 0; i < half; ++i) {
-        const double angle = pos * inv_freq[static_cast<size_t>(i)];
-        cs[static_cast<size_t>(i)] = static_cast<float>(std::cos(angle));
-        cs[static_cast<size_t>(half + i)] = static_cast<float>(std::sin(angle));
+        RopeCosSin(pos0 + r, inv_freq[static_cast<size_t>(i)], &cs[static_cast<size_t>(i)],
+                   &cs[static_cast<size_t>(half + i)]);
       }
       for (int64_t h = 0; h < heads; ++h) {
         float* p = x + r * ld + h * head_dim;
         for (int64_t i = 0; i < half; ++i) {
-          const float c = cs[static_cast<size_t>(i)], s = cs[static_cast<size_t>(half + i)];
-          const float a = p[i], b = p[i + half];
-          p[i] = a * c - b * s;
-          p[i + half] = b * c + a * s;
+          linear::RotatePair(p[i], p[i + half], cs[static_cast<size_t>(i)],
+                             cs[static_cast<size_t>(half + i)]);
         }
       }
     }
@@ -155,6 +156,154 @@ void CausalAttention(const AttentionShape& shape, const float* q, const float* k
                   static_cast<int>(keys), v + g * hd, static_cast<int>(ldk), 0.0f,
                   out + r0 * ldq + h * hd, static_cast<int>(ldq));
     }
+  }
+}
+
+float* CpuForwardKernels::Scratch(int slot, int64_t n) {
+  if (scratch_.size() <= static_cast<size_t>(slot)) scratch_.resize(static_cast<size_t>(slot) + 1);
+  std::vector<float>& v = scratch_[static_cast<size_t>(slot)];
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+void CpuForwardKernels::Embed(const float* table, std::span<const uint32_t> tokens, int64_t dim,
+                              float* x) {
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    std::memcpy(x + static_cast<int64_t>(r) * dim, table + static_cast<int64_t>(tokens[r]) * dim,
+                static_cast<size_t>(dim) * sizeof(float));
+  }
+}
+
+void CpuForwardKernels::Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx,
+                             const float* w, int64_t ldw, float* y, int64_t ldy, bool accumulate) {
+  model::Gemm(m, n, k, x, ldx, w, ldw, y, ldy, accumulate);
+}
+
+void CpuForwardKernels::RmsNorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
+                                int64_t rows, int64_t dim, float eps) {
+  RmsNormZeroCentred(x, ldx, w, y, ldy, rows, dim, eps);
+}
+
+void CpuForwardKernels::GatedRmsNorm(float* o, const float* z, int64_t ldz, const float* w,
+                                     int64_t rows, int64_t heads, int64_t dim, float eps) {
+  ParallelFor(rows, 64, [&](int64_t t0, int64_t t1) {
+    for (int64_t r = t0; r < t1; ++r) {
+      for (int64_t hh = 0; hh < heads; ++hh) {
+        GatedRmsNormRow(o + (r * heads + hh) * dim, z + r * ldz + hh * dim, w, dim, eps);
+      }
+    }
+  });
+}
+
+void CpuForwardKernels::Add(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void CpuForwardKernels::Fill(float* x, int64_t n, float value) { std::fill(x, x + n, value); }
+
+void CpuForwardKernels::Copy2D(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows,
+                               int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(dst + r * ldd, src + r * lds, static_cast<size_t>(cols) * sizeof(float));
+  }
+}
+
+void CpuForwardKernels::Rope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
+                             int64_t rotary_dim, double theta, int64_t pos0) {
+  ApplyRope(x, ld, rows, heads, head_dim, rotary_dim, theta, pos0);
+}
+
+void CpuForwardKernels::CausalConv(const linear::ConvShape& shape, const float* x,
+                                   const float* weight, float* state, float* y) {
+  linear::CausalConv(shape, x, weight, nullptr, state, y, /*apply_silu=*/true);
+}
+
+void CpuForwardKernels::GdnInputs(const GdnInputArgs& a) {
+  const int64_t nk = a.key_heads, nv = a.value_heads, dk = a.dk, vw = nv * a.dv;
+  const int64_t ch = 2 * nk * dk + vw;
+  ParallelFor(a.rows, 64, [&](int64_t t0, int64_t t1) {
+    for (int64_t r = t0; r < t1; ++r) {
+      const float* m = a.mixed + r * ch;
+      for (int64_t i = 0; i < nk; ++i) {
+        L2NormRow(m + i * dk, a.q + (r * nk + i) * dk, dk, a.q_scale);
+      }
+      for (int64_t i = 0; i < nk; ++i) {
+        L2NormRow(m + (nk + i) * dk, a.k + (r * nk + i) * dk, dk, 1.0f);
+      }
+      std::memcpy(a.v + r * vw, m + 2 * nk * dk, static_cast<size_t>(vw) * sizeof(float));
+      const float* ba = a.ba + r * a.ld_ba;
+      for (int64_t hh = 0; hh < nv; ++hh) {
+        a.beta[r * nv + hh] = Sigmoid(ba[hh]);
+        a.gate[r * nv + hh] = GdnLogDecay(a.a_log[hh], ba[nv + hh], a.dt_bias[hh]);
+      }
+    }
+  });
+}
+
+void CpuForwardKernels::LinearForward(linear::Variant variant, const linear::Shape& shape,
+                                      const linear::Inputs& in, const float* initial,
+                                      const linear::Outputs& out) {
+  if (!status_.ok()) return;
+  status_ = linear::ChunkedForward(variant, shape, in, initial, out);
+}
+
+void CpuForwardKernels::JumpState(const linear::Shape& shape, const float* transition,
+                                  const float* zero_state, float* state) {
+  if (transition == nullptr) {
+    linear::NaiveAdd(shape, zero_state, state);
+  } else {
+    linear::ApplyTransition(linear::TransitionForm::kDense, shape, transition, zero_state, state);
+  }
+}
+
+void CpuForwardKernels::Attention(const AttentionShape& shape, const float* q, const float* k,
+                                  const float* v, float* out, int64_t rows, int64_t pos0) {
+  CausalAttention(shape, q, k, v, out, rows, pos0);
+}
+
+void CpuForwardKernels::SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows,
+                                    int64_t cols) {
+  ParallelFor(rows, 64, [&](int64_t t0, int64_t t1) {
+    for (int64_t r = t0; r < t1; ++r) {
+      const float* g = gate + r * ldg;
+      float* o = out + r * cols;
+      for (int64_t i = 0; i < cols; ++i) o[i] *= Sigmoid(g[i]);
+    }
+  });
+}
+
+void CpuForwardKernels::SwiGlu(float* gu, int64_t rows, int64_t im) {
+  ParallelFor(rows, 32, [&](int64_t t0, int64_t t1) {
+    for (int64_t r = t0; r < t1; ++r) SwiGluRow(gu + r * 2 * im, im);
+  });
+}
+
+void CpuForwardKernels::GatherRows(const float* src, std::span<const int64_t> idx, int64_t cols,
+                                   float* dst) {
+  for (size_t j = 0; j < idx.size(); ++j) {
+    std::memcpy(dst + static_cast<int64_t>(j) * cols, src + idx[j] * cols,
+                static_cast<size_t>(cols) * sizeof(float));
+  }
+}
+
+void CpuForwardKernels::ScatterAddRows(float* y, std::span<const int64_t> idx,
+                                       std::span<const float> weight, int64_t cols,
+                                       const float* src) {
+  for (size_t j = 0; j < idx.size(); ++j) {
+    float* yr = y + idx[j] * cols;
+    const float wgt = weight[j];
+    const float* s = src + static_cast<int64_t>(j) * cols;
+    for (int64_t i = 0; i < cols; ++i) yr[i] += wgt * s[i];
+  }
+}
+
+void CpuForwardKernels::SharedExpertAdd(const float* x, const float* gate_w, const float* out,
+                                        float* y, int64_t rows, int64_t dim) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float sg = SharedExpertGate(x + r * dim, gate_w, dim);
+    float* yr = y + r * dim;
+    const float* src = out + r * dim;
+    for (int64_t i = 0; i < dim; ++i) yr[i] += sg * src[i];
   }
 }
 

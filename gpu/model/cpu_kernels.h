@@ -1,23 +1,49 @@
 // The CPU building blocks of the forward pass: sgemm against nn.Linear weights, the two RMSNorm
-// variants, RoPE, a vectorisable exp (and SiLU/sigmoid on top of it), causal GQA attention
-// blocked over sgemm, and a small fork-join ParallelFor.
+// variants, RoPE, causal GQA attention blocked over sgemm, a small fork-join ParallelFor, and
+// CpuForwardKernels, the CPU backend of Model::Pass (forward_kernels.h) built from them. The
+// per-element math (FastExp, SiLU, norms, ...) is forward_math.h's, shared with the CUDA kernels.
 //
 // All buffers are fp32, row-major, caller-owned. Threading: Gemm uses OpenBLAS's own threads;
 // everything else splits rows over ParallelFor. Functions are thread-compatible (no state other
-// than OpenBLAS's pool).
+// than OpenBLAS's pool); a CpuForwardKernels belongs to one pass.
+//
+// Thread budget: ParallelFor uses ComputeThreads(), the calling thread's ScopedComputeThreads
+// override when one is active, else the process-wide SetComputeThreads value. OpenBLAS's pool
+// is process-wide in Debian's 0.3.21 (openblas_set_num_threads is global and there is no
+// per-call or per-thread count), so a scoped budget cannot shrink it: SetComputeThreads sets
+// it, and a process running many 1-thread workers (gpu/runtime) should call
+// SetComputeThreads(1) at startup so that sgemm also runs on the calling thread.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <functional>
+#include <memory>
+#include <vector>
+
+#include "gpu/model/forward_kernels.h"
+#include "gpu/model/forward_math.h"
 
 namespace hypic::model {
 
 // Sets the threads every pass uses: OpenBLAS's pool and ParallelFor (default: the hardware's
 // thread count). Process-wide; meant for startup and benchmarks, not for concurrent change.
 void SetComputeThreads(int threads);
+// The calling thread's budget: its innermost ScopedComputeThreads, else the process-wide value.
 int ComputeThreads();
+
+// Overrides ComputeThreads() on the constructing thread until destroyed (nests; restores the
+// previous override). A runtime worker with a 1-thread budget makes its passes' ParallelFor run
+// inline. Does not change OpenBLAS's pool (see above). Not movable; destroy on the same thread.
+class ScopedComputeThreads {
+ public:
+  explicit ScopedComputeThreads(int threads);
+  ~ScopedComputeThreads();
+  ScopedComputeThreads(const ScopedComputeThreads&) = delete;
+  ScopedComputeThreads& operator=(const ScopedComputeThreads&) = delete;
+
+ private:
+  int previous_;
+};
 
 // Calls fn(begin, end) on disjoint ranges covering [0, n), on up to ComputeThreads() threads
 // (the caller's thread takes one range). Runs inline when n < min_per_thread * 2.
@@ -27,34 +53,6 @@ void ParallelFor(int64_t n, int64_t min_per_thread,
 // y[m, n] = x[m, k] * w[n, k]^T (+ y when accumulate). Leading dimensions in elements.
 void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
           float* y, int64_t ldy, bool accumulate = false);
-
-// exp(x), relative error below 3e-7 over the float range (inputs below -87.3 give ~1e-38, not
-// 0; NaN stays NaN). Branch-free so loops over it vectorise: Cody-Waite reduction to
-// |r| <= ln2/2, a degree-6 Taylor polynomial, and the power of two built in the exponent bits.
-inline float FastExp(float x) {
-  x = std::min(std::max(x, -87.3f), 88.3f);
-  constexpr float kLog2e = 1.44269504f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float t = x * kLog2e + kRound;
-  const float n = t - kRound;
-  float r = x - n * 0.693145751953125f;  // ln 2, high part (exact product)
-  r -= n * 1.428606765330187e-06f;       // ln 2, low part
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  int32_t ti;
-  std::memcpy(&ti, &t, sizeof ti);
-  const int32_t bits = (ti - 0x4B400000 + 127) * (1 << 23);  // 2^n, n in [-126, 127]
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-inline float Sigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
-inline float Silu(float x) { return x / (1.0f + FastExp(-x)); }
 
 // Zero-centred RMSNorm of Qwen3-Next: y = x / rms(x) * (1 + w), per row of `dim` elements.
 // x and y may alias. Row strides ldx, ldy.
@@ -66,16 +64,58 @@ void RmsNormZeroCentred(const float* x, int64_t ldx, const float* w, float* y, i
 void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
                int64_t rotary_dim, double theta, int64_t pos0);
 
-struct AttentionShape {
-  int64_t heads = 0;     // query heads
-  int64_t kv_heads = 0;  // key/value heads; query head h reads kv head h / (heads/kv_heads)
-  int64_t head_dim = 0;
-};
-
 // Causal softmax attention for `rows` queries at positions pos0 .. pos0+rows-1 over keys and
 // values at positions [0, pos0 + rows). q/out: [rows, heads, head_dim]; k/v: [positions,
 // kv_heads, head_dim]. Scores scaled by 1/sqrt(head_dim); softmax in fp32.
 void CausalAttention(const AttentionShape& shape, const float* q, const float* k, const float* v,
                      float* out, int64_t rows, int64_t pos0);
+
+// ForwardKernels on the host: every pointer is host memory, memory calls return the host data
+// itself, steps call the functions above (and linear::ChunkedForward / CausalConv).
+class CpuForwardKernels final : public ForwardKernels {
+ public:
+  float* Scratch(int slot, int64_t n) override;
+  const float* Weight(const std::vector<float>& host) override { return host.data(); }
+  const float* Input(const float* host, int64_t) override { return host; }
+  float* Mirror(float* host, int64_t, bool) override { return host; }
+  const float* ToHost(const float* data, int64_t, std::vector<float>*) override { return data; }
+  Status Finish() override { return status_; }
+  Status status() const override { return status_; }
+
+  void Embed(const float* table, std::span<const uint32_t> tokens, int64_t dim, float* x) override;
+  void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
+            int64_t ldw, float* y, int64_t ldy, bool accumulate) override;
+  void RmsNorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy, int64_t rows,
+               int64_t dim, float eps) override;
+  void GatedRmsNorm(float* o, const float* z, int64_t ldz, const float* w, int64_t rows,
+                    int64_t heads, int64_t dim, float eps) override;
+  void Add(float* x, const float* y, int64_t n) override;
+  void Fill(float* x, int64_t n, float value) override;
+  void Copy2D(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows,
+              int64_t cols) override;
+  void Rope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim, int64_t rotary_dim,
+            double theta, int64_t pos0) override;
+  void CausalConv(const linear::ConvShape& shape, const float* x, const float* weight, float* state,
+                  float* y) override;
+  void GdnInputs(const GdnInputArgs& args) override;
+  void LinearForward(linear::Variant variant, const linear::Shape& shape, const linear::Inputs& in,
+                     const float* initial, const linear::Outputs& out) override;
+  void JumpState(const linear::Shape& shape, const float* transition, const float* zero_state,
+                 float* state) override;
+  void Attention(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                 float* out, int64_t rows, int64_t pos0) override;
+  void SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows, int64_t cols) override;
+  void SwiGlu(float* gu, int64_t rows, int64_t im) override;
+  void GatherRows(const float* src, std::span<const int64_t> idx, int64_t cols,
+                  float* dst) override;
+  void ScatterAddRows(float* y, std::span<const int64_t> idx, std::span<const float> weight,
+                      int64_t cols, const float* src) override;
+  void SharedExpertAdd(const float* x, const float* gate_w, const float* out, float* y,
+                       int64_t rows, int64_t dim) override;
+
+ private:
+  std::vector<std::vector<float>> scratch_;
+  Status status_;
+};
 
 }  // namespace hypic::model

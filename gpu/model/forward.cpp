@@ -2,30 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <numeric>
 
 #include "gpu/linear/linear_attention.h"
 #include "gpu/linear/short_conv.h"
-#include "gpu/model/cpu_kernels.h"
 
 namespace hypic::model {
 namespace {
-
-using Vec = std::vector<float>;
-
-Vec Zeros(int64_t n) { return Vec(static_cast<size_t>(n), 0.0f); }
-
-// Copies `cols` columns starting at `col0` of each of `rows` rows (stride ld) into a
-// contiguous [rows, cols] buffer.
-void CopyColumns(const float* src, int64_t ld, int64_t col0, int64_t rows, int64_t cols,
-                 float* dst) {
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(dst + r * cols, src + r * ld + col0, static_cast<size_t>(cols) * sizeof(float));
-  }
-}
-
-float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 linear::Shape GdnShape(const ModelConfig& c, int64_t tokens) {
   linear::Shape s;
@@ -39,14 +22,11 @@ linear::Shape GdnShape(const ModelConfig& c, int64_t tokens) {
 
 }  // namespace
 
-Model::Pass::Pass(const Model& model, ModelState& state, ComposeMode mode)
-    : model_(model), state_(state), mode_(mode), end_pos_(state.n_positions) {}
+Model::Pass::Pass(const Model& model, ModelState& state, ComposeMode mode,
+                  const ComputeDevice& device)
+    : model_(model), state_(state), mode_(mode), device_(device), end_pos_(state.n_positions) {}
 
-float* Model::Pass::Scratch(ScratchSlot slot, int64_t n) {
-  Vec& v = scratch_[slot];
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
+float* Model::Pass::Scratch(ScratchSlot slot, int64_t n) { return kernels_->Scratch(slot, n); }
 
 void Model::Pass::AddLive(std::span<const uint32_t> tokens) {
   if (tokens.empty()) return;
@@ -112,39 +92,42 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits) {
   const ModelWeights& w = model_.weights_;
   const int64_t rows = live_tokens(), h = c.hidden_size;
   if (rows == 0) return Internal("a pass needs at least one live token");
+  HYPIC_ASSIGN_OR_RETURN(kernels_, CreateForwardKernels(device_, w, *model_.device_cache_));
+  ForwardKernels& k = *kernels_;
   const auto eps = static_cast<float>(c.rms_norm_eps);
 
-  Vec x = Zeros(rows * h), xn = Zeros(rows * h), y = Zeros(rows * h);
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(x.data() + r * h,
-                w.embed.data() + static_cast<int64_t>(tokens_[static_cast<size_t>(r)]) * h,
-                static_cast<size_t>(h) * sizeof(float));
-  }
+  float* x = Scratch(kX, rows * h);
+  float* xn = Scratch(kXn, rows * h);
+  float* y = Scratch(kY, rows * h);
+  k.Embed(Weight(w.embed), tokens_, h, x);
   for (int64_t li = 0; li < c.num_layers; ++li) {
     const LayerWeights& lw = w.layers[static_cast<size_t>(li)];
-    RmsNormZeroCentred(x.data(), h, lw.input_norm.data(), xn.data(), h, rows, h, eps);
+    k.RmsNorm(x, h, Weight(lw.input_norm), xn, h, rows, h, eps);
     if (c.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear) {
-      HYPIC_RETURN_IF_ERROR(GdnLayer(li, xn.data(), y.data()));
+      GdnLayer(li, xn, y);
     } else {
-      AttentionLayer(li, xn.data(), y.data());
+      AttentionLayer(li, xn, y);
     }
-    for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
-    RmsNormZeroCentred(x.data(), h, lw.post_norm.data(), xn.data(), h, rows, h, eps);
-    MlpLayer(li, xn.data(), y.data());
-    for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+    k.Add(x, y, rows * h);
+    k.RmsNorm(x, h, Weight(lw.post_norm), xn, h, rows, h, eps);
+    MlpLayer(li, xn, y);
+    k.Add(x, y, rows * h);
+    HYPIC_RETURN_IF_ERROR(k.status());
   }
   state_.n_positions = end_pos_;
-  if (logits == nullptr) return Status::Ok();
+  if (logits == nullptr) return k.Finish();
 
   const int64_t first = all_logits ? 0 : rows - 1, n_out = rows - first;
-  RmsNormZeroCentred(x.data() + first * h, h, w.final_norm.data(), xn.data(), h, n_out, h, eps);
-  const Vec& head = c.tie_word_embeddings ? w.embed : w.lm_head;
+  k.RmsNorm(x + first * h, h, Weight(w.final_norm), xn, h, n_out, h, eps);
+  const std::vector<float>& head = c.tie_word_embeddings ? w.embed : w.lm_head;
   logits->assign(static_cast<size_t>(n_out * c.vocab_size), 0.0f);
-  Gemm(n_out, c.vocab_size, h, xn.data(), h, head.data(), h, logits->data(), c.vocab_size);
-  return Status::Ok();
+  float* out = k.Mirror(logits->data(), n_out * c.vocab_size, /*read=*/false);
+  k.Gemm(n_out, c.vocab_size, h, xn, h, Weight(head), h, out, c.vocab_size);
+  return k.Finish();
 }
 
-Status Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
+void Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
+  ForwardKernels& k = *kernels_;
   const ModelConfig& c = model_.config_;
   const GdnWeights& g = model_.weights_.layers[static_cast<size_t>(li)].gdn;
   LayerState& ls = state_.layers[static_cast<size_t>(li)];
@@ -152,125 +135,99 @@ Status Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
   const int64_t nk = c.linear_key_heads, nv = c.linear_value_heads;
   const int64_t dk = c.linear_key_dim, dv = c.linear_value_dim;
   const int64_t ch = c.conv_channels(), vw = c.value_width(), cin = ch + vw + 2 * nv;
+  const auto state_floats = static_cast<int64_t>(ls.state.size());
+  const auto conv_floats = static_cast<int64_t>(ls.conv.size());
 
   float* proj = Scratch(kProj, rows * cin);
-  Gemm(rows, cin, h, xn, h, g.in_proj.data(), h, proj, cin);
+  k.Gemm(rows, cin, h, xn, h, Weight(g.in_proj), h, proj, cin);
   float* pre = Scratch(kPre, rows * ch);
   float* mixed = Scratch(kMixed, rows * ch);
-  CopyColumns(proj, cin, 0, rows, ch, pre);
+  k.Copy2D(pre, ch, proj, cin, rows, ch);
   float* q = Scratch(kQ, rows * nk * dk);
-  float* k = Scratch(kK, rows * nk * dk);
+  float* kk = Scratch(kK, rows * nk * dk);
   float* v = Scratch(kV, rows * vw);
   float* gate = Scratch(kGate, rows * nv);
   float* beta = Scratch(kBeta, rows * nv);
   float* o = Scratch(kO, rows * vw);
-  Vec& next = next_state_;
-  next.resize(static_cast<size_t>(nv * dk * dv));
+  float* state = k.Mirror(ls.state.data(), state_floats, /*read=*/true);
+  float* conv = k.Mirror(ls.conv.data(), conv_floats, /*read=*/true);
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
 
   for (size_t bi = 0; bi < blocks_.size(); ++bi) {
     const Block& b = blocks_[bi];
     const bool capturing = static_cast<int64_t>(bi) == capture_block_;
     if (!b.live) {
-      const linear::Shape shape = GdnShape(c, b.n);
-      const auto* t = b.entry->Find(static_cast<uint32_t>(li), TensorKind::kTransition);
-      const auto* s = b.entry->Find(static_cast<uint32_t>(li), TensorKind::kState);
-      const auto* tail = b.entry->Find(static_cast<uint32_t>(li), TensorKind::kConvTail);
-      if (mode_ == ComposeMode::kNaive) {
-        linear::NaiveAdd(shape, s->view.data_as<const float>(), ls.state.data());
-      } else {
-        linear::ApplyTransition(linear::TransitionForm::kDense, shape,
-                                t->view.data_as<const float>(), s->view.data_as<const float>(),
-                                ls.state.data());
-      }
-      std::memcpy(ls.conv.data(), tail->view.data(), ls.conv.size() * sizeof(float));
+      const auto layer = static_cast<uint32_t>(li);
+      const auto* t = b.entry->Find(layer, TensorKind::kTransition);
+      const auto* s = b.entry->Find(layer, TensorKind::kState);
+      const auto* tail = b.entry->Find(layer, TensorKind::kConvTail);
+      const float* zero = k.Input(s->view.data_as<const float>(), state_floats);
+      const float* transition = mode_ == ComposeMode::kNaive
+                                    ? nullptr
+                                    : k.Input(t->view.data_as<const float>(), nv * dk * dk);
+      k.JumpState(GdnShape(c, b.n), transition, zero, state);
+      k.Copy2D(conv, conv_floats, k.Input(tail->view.data_as<const float>(), conv_floats),
+               conv_floats, 1, conv_floats);
       continue;
     }
     const int64_t r0 = b.row0, n = b.n;
-    linear::CausalConv({n, static_cast<int32_t>(ch), static_cast<int32_t>(c.conv_kernel)},
-                       pre + r0 * ch, g.conv.data(), nullptr, ls.conv.data(), mixed + r0 * ch,
-                       /*apply_silu=*/true);
-    if (capturing) {
-      std::memcpy(capture_[static_cast<size_t>(li)].conv, ls.conv.data(),
-                  ls.conv.size() * sizeof(float));
+    k.CausalConv({n, static_cast<int32_t>(ch), static_cast<int32_t>(c.conv_kernel)}, pre + r0 * ch,
+                 Weight(g.conv), conv, mixed + r0 * ch);
+    const CaptureTensors* ct = capturing ? &capture_[static_cast<size_t>(li)] : nullptr;
+    if (ct != nullptr) {
+      k.Copy2D(k.Mirror(ct->conv, conv_floats, /*read=*/false), conv_floats, conv, conv_floats, 1,
+               conv_floats);
     }
     // q, k: L2-normalised per head (eps 1e-6 inside the root), q scaled by 1/sqrt(dk).
-    ParallelFor(n, 64, [&](int64_t t0, int64_t t1) {
-      for (int64_t r = r0 + t0; r < r0 + t1; ++r) {
-        const float* m = mixed + r * ch;
-        for (int64_t i = 0; i < 2 * nk; ++i) {
-          const float* src = m + i * dk;
-          double ss = 0.0;
-          for (int64_t d = 0; d < dk; ++d) ss += static_cast<double>(src[d]) * src[d];
-          const bool is_q = i < nk;
-          const float inv =
-              static_cast<float>(1.0 / std::sqrt(ss + 1e-6)) * (is_q ? q_scale : 1.0f);
-          float* dst = is_q ? q + (r * nk + i) * dk : k + (r * nk + i - nk) * dk;
-          for (int64_t d = 0; d < dk; ++d) dst[d] = src[d] * inv;
-        }
-        std::memcpy(v + r * vw, m + 2 * nk * dk, static_cast<size_t>(vw) * sizeof(float));
-        const float* ba = proj + r * cin + ch + vw;
-        for (int64_t hh = 0; hh < nv; ++hh) {
-          beta[r * nv + hh] = Sigmoid(ba[hh]);
-          gate[r * nv + hh] = -std::exp(g.a_log[static_cast<size_t>(hh)]) *
-                              Softplus(ba[nv + hh] + g.dt_bias[static_cast<size_t>(hh)]);
-        }
-      }
-    });
-    auto inputs = [&](int64_t row) {
+    k.GdnInputs({.rows = n,
+                 .key_heads = nk,
+                 .value_heads = nv,
+                 .dk = dk,
+                 .dv = dv,
+                 .q_scale = q_scale,
+                 .mixed = mixed + r0 * ch,
+                 .ba = proj + r0 * cin + ch + vw,
+                 .ld_ba = cin,
+                 .a_log = Weight(g.a_log),
+                 .dt_bias = Weight(g.dt_bias),
+                 .q = q + r0 * nk * dk,
+                 .k = kk + r0 * nk * dk,
+                 .v = v + r0 * vw,
+                 .gate = gate + r0 * nv,
+                 .beta = beta + r0 * nv});
+    // Advances the running state in place over rows [row, row + len) (outputs into o).
+    auto run = [&](int64_t row, int64_t len, linear::Outputs out) {
       linear::Inputs in;
       in.q = q + row * nk * dk;
-      in.k = k + row * nk * dk;
+      in.k = kk + row * nk * dk;
       in.v = v + row * vw;
       in.g = gate + row * nv;
       in.beta = beta + row * nv;
-      return in;
-    };
-    // Advances the running state over rows [row, row + len) (outputs into o).
-    auto run = [&](int64_t row, int64_t len, const float* initial, linear::Outputs out) {
       out.o = o + row * vw;
-      return linear::ChunkedForward(linear::Variant::kGdn, GdnShape(c, len), inputs(row), initial,
-                                    out);
+      out.final_state = state;
+      k.LinearForward(linear::Variant::kGdn, GdnShape(c, len), in, state, out);
     };
-    if (!capturing) {
-      HYPIC_RETURN_IF_ERROR(run(r0, n, ls.state.data(), {.final_state = next.data()}));
-      ls.state.swap(next);
+    if (ct == nullptr) {
+      run(r0, n, {});
       continue;
     }
-    // The entry's pair covers [w, n) and starts from zero (ChunkedForward runs that chain
-    // beside the one from the running state, which gives the outputs).
-    const CaptureTensors& ct = capture_[static_cast<size_t>(li)];
+    // The entry's pair covers [w, n) and starts from zero (the forward runs that chain beside
+    // the one from the running state, which gives the outputs).
     const int64_t seam = capture_seam_;
-    if (seam > 0) {
-      HYPIC_RETURN_IF_ERROR(run(r0, seam, ls.state.data(), {.final_state = next.data()}));
-      ls.state.swap(next);
-    }
-    HYPIC_RETURN_IF_ERROR(
-        run(r0 + seam, n - seam, ls.state.data(),
-            {.final_state = next.data(), .zero_state = ct.s, .transition = ct.t}));
-    ls.state.swap(next);
+    if (seam > 0) run(r0, seam, {});
+    run(r0 + seam, n - seam,
+        {.zero_state = k.Mirror(ct->s, state_floats, /*read=*/false),
+         .transition = k.Mirror(ct->t, nv * dk * dk, /*read=*/false)});
   }
 
   // Plain gated RMSNorm per value head: w * x / rms(x) * silu(z).
-  const auto eps = static_cast<float>(c.rms_norm_eps);
-  ParallelFor(rows, 64, [&](int64_t t0, int64_t t1) {
-    for (int64_t r = t0; r < t1; ++r) {
-      for (int64_t hh = 0; hh < nv; ++hh) {
-        float* oh = o + r * vw + hh * dv;
-        const float* z = proj + r * cin + ch + hh * dv;
-        double ss = 0.0;
-        for (int64_t d = 0; d < dv; ++d) ss += static_cast<double>(oh[d]) * oh[d];
-        const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dv) + eps));
-        for (int64_t d = 0; d < dv; ++d)
-          oh[d] = g.norm[static_cast<size_t>(d)] * (oh[d] * inv) * Silu(z[d]);
-      }
-    }
-  });
-  Gemm(rows, h, vw, o, vw, g.out_proj.data(), vw, y, h);
-  return Status::Ok();
+  k.GatedRmsNorm(o, proj + ch, cin, Weight(g.norm), rows, nv, dv,
+                 static_cast<float>(c.rms_norm_eps));
+  k.Gemm(rows, h, vw, o, vw, Weight(g.out_proj), vw, y, h);
 }
 
 void Model::Pass::AttentionLayer(int64_t li, const float* xn, float* y) {
+  ForwardKernels& k = *kernels_;
   const ModelConfig& c = model_.config_;
   const AttentionWeights& a = model_.weights_.layers[static_cast<size_t>(li)].attention;
   LayerState& ls = state_.layers[static_cast<size_t>(li)];
@@ -280,75 +237,74 @@ void Model::Pass::AttentionLayer(int64_t li, const float* xn, float* y) {
   const auto eps = static_cast<float>(c.rms_norm_eps);
 
   float* proj = Scratch(kProj, rows * cols);
-  Gemm(rows, cols, h, xn, h, a.in_proj.data(), h, proj, cols);
+  k.Gemm(rows, cols, h, xn, h, Weight(a.in_proj), h, proj, cols);
   float* q = Scratch(kQ, rows * qw);
-  float* k = Scratch(kK, rows * kw);
+  float* kk = Scratch(kK, rows * kw);
   float* v = Scratch(kV, rows * kw);
-  CopyColumns(proj, cols, 0, rows, qw, q);
-  CopyColumns(proj, cols, 2 * qw, rows, kw, k);
-  CopyColumns(proj, cols, 2 * qw + kw, rows, kw, v);
-  RmsNormZeroCentred(q, hd, a.q_norm.data(), q, hd, rows * nh, hd, eps);
-  RmsNormZeroCentred(k, hd, a.k_norm.data(), k, hd, rows * nkv, hd, eps);
+  k.Copy2D(q, qw, proj, cols, rows, qw);
+  k.Copy2D(kk, kw, proj + 2 * qw, cols, rows, kw);
+  k.Copy2D(v, kw, proj + 2 * qw + kw, cols, rows, kw);
+  k.RmsNorm(q, hd, Weight(a.q_norm), q, hd, rows * nh, hd, eps);
+  k.RmsNorm(kk, hd, Weight(a.k_norm), kk, hd, rows * nkv, hd, eps);
 
   // K/V of every position: the state's, then each block's in order.
   const auto positions = static_cast<size_t>(end_pos_);
   ls.k.resize(positions * static_cast<size_t>(kw));
   ls.v.resize(positions * static_cast<size_t>(kw));
+  float* kc = k.Mirror(ls.k.data(), static_cast<int64_t>(ls.k.size()), /*read=*/true);
+  float* vc = k.Mirror(ls.v.data(), static_cast<int64_t>(ls.v.size()), /*read=*/true);
   for (size_t bi = 0; bi < blocks_.size(); ++bi) {
     const Block& b = blocks_[bi];
-    float* kdst = ls.k.data() + b.pos0 * kw;
-    float* vdst = ls.v.data() + b.pos0 * kw;
-    const size_t bytes = static_cast<size_t>(b.n * kw) * sizeof(float);
+    float* kdst = kc + b.pos0 * kw;
+    float* vdst = vc + b.pos0 * kw;
+    const int64_t floats = b.n * kw;
     if (b.live) {
       if (static_cast<int64_t>(bi) == capture_block_) {  // K before RoPE, see model.h
         const CaptureTensors& ct = capture_[static_cast<size_t>(li)];
-        const size_t kept = static_cast<size_t>((b.n - capture_seam_) * kw) * sizeof(float);
-        std::memcpy(ct.k, k + (b.row0 + capture_seam_) * kw, kept);
-        std::memcpy(ct.v, v + (b.row0 + capture_seam_) * kw, kept);
+        const int64_t kept = (b.n - capture_seam_) * kw;
+        k.Copy2D(k.Mirror(ct.k, kept, /*read=*/false), kept, kk + (b.row0 + capture_seam_) * kw,
+                 kept, 1, kept);
+        k.Copy2D(k.Mirror(ct.v, kept, /*read=*/false), kept, v + (b.row0 + capture_seam_) * kw,
+                 kept, 1, kept);
       }
-      ApplyRope(q + b.row0 * qw, qw, b.n, nh, hd, rot, c.rope_theta, b.pos0);
-      ApplyRope(k + b.row0 * kw, kw, b.n, nkv, hd, rot, c.rope_theta, b.pos0);
-      std::memcpy(kdst, k + b.row0 * kw, bytes);
-      std::memcpy(vdst, v + b.row0 * kw, bytes);
+      k.Rope(q + b.row0 * qw, qw, b.n, nh, hd, rot, c.rope_theta, b.pos0);
+      k.Rope(kk + b.row0 * kw, kw, b.n, nkv, hd, rot, c.rope_theta, b.pos0);
+      k.Copy2D(kdst, floats, kk + b.row0 * kw, floats, 1, floats);
+      k.Copy2D(vdst, floats, v + b.row0 * kw, floats, 1, floats);
     } else {
       const auto layer = static_cast<uint32_t>(li);
-      std::memcpy(kdst, b.entry->Find(layer, TensorKind::kKey)->view.data(), bytes);
-      std::memcpy(vdst, b.entry->Find(layer, TensorKind::kValue)->view.data(), bytes);
-      ApplyRope(kdst, kw, b.n, nkv, hd, rot, c.rope_theta, b.pos0);
+      k.Copy2D(kdst, floats,
+               k.Input(b.entry->Find(layer, TensorKind::kKey)->view.data_as<const float>(), floats),
+               floats, 1, floats);
+      k.Copy2D(
+          vdst, floats,
+          k.Input(b.entry->Find(layer, TensorKind::kValue)->view.data_as<const float>(), floats),
+          floats, 1, floats);
+      k.Rope(kdst, kw, b.n, nkv, hd, rot, c.rope_theta, b.pos0);
     }
   }
 
   float* attn = Scratch(kAttn, rows * qw);
   for (const Block& b : blocks_) {
     if (!b.live) continue;
-    CausalAttention({nh, nkv, hd}, q + b.row0 * qw, ls.k.data(), ls.v.data(), attn + b.row0 * qw,
-                    b.n, b.pos0);
+    k.Attention({nh, nkv, hd}, q + b.row0 * qw, kc, vc, attn + b.row0 * qw, b.n, b.pos0);
   }
-  ParallelFor(rows, 64, [&](int64_t t0, int64_t t1) {
-    for (int64_t r = t0; r < t1; ++r) {
-      const float* gate = proj + r * cols + qw;
-      float* out = attn + r * qw;
-      for (int64_t i = 0; i < qw; ++i) out[i] *= Sigmoid(gate[i]);
-    }
-  });
-  Gemm(rows, h, qw, attn, qw, a.o_proj.data(), qw, y, h);
+  k.SigmoidGate(attn, proj + qw, cols, rows, qw);
+  k.Gemm(rows, h, qw, attn, qw, Weight(a.o_proj), qw, y, h);
 }
 
 void Model::Pass::SwiGlu(const MlpWeights& m, const float* x, int64_t rows, float* out) {
+  ForwardKernels& k = *kernels_;
   const int64_t h = model_.config_.hidden_size, im = m.intermediate;
   float* gu = Scratch(kGateUp, rows * 2 * im);
-  Gemm(rows, 2 * im, h, x, h, m.gate_up.data(), h, gu, 2 * im);
-  ParallelFor(rows, 32, [&](int64_t t0, int64_t t1) {
-    for (int64_t r = t0; r < t1; ++r) {
-      float* row = gu + r * 2 * im;
-      // The activation overwrites the gate half in place; down reads it with stride 2*im.
-      for (int64_t i = 0; i < im; ++i) row[i] = Silu(row[i]) * row[im + i];
-    }
-  });
-  Gemm(rows, h, im, gu, 2 * im, m.down.data(), im, out, h);
+  k.Gemm(rows, 2 * im, h, x, h, Weight(m.gate_up), h, gu, 2 * im);
+  // The activation overwrites the gate half in place; down reads it with stride 2*im.
+  k.SwiGlu(gu, rows, im);
+  k.Gemm(rows, h, im, gu, 2 * im, Weight(m.down), im, out, h);
 }
 
 void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {
+  ForwardKernels& k = *kernels_;
   const ModelConfig& c = model_.config_;
   const LayerWeights& lw = model_.weights_.layers[static_cast<size_t>(li)];
   const int64_t rows = live_tokens(), h = c.hidden_size;
@@ -358,15 +314,16 @@ void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {
   }
   const MoeWeights& m = lw.moe;
   const int64_t ne = c.num_experts, top = c.experts_per_token;
-  float* logits = Scratch(kRouter, rows * ne);
-  Gemm(rows, ne, h, xn, h, m.router.data(), h, logits, ne);
+  float* router = Scratch(kRouter, rows * ne);
+  k.Gemm(rows, ne, h, xn, h, Weight(m.router), h, router, ne);
+  const float* logits = k.ToHost(router, rows * ne, &router_host_);
 
-  // Route: fp32 softmax, top-k, renormalised when norm_topk_prob. Then group rows by expert so
-  // each expert runs as one sgemm over its tokens.
+  // Route on the host: fp32 softmax, top-k, renormalised when norm_topk_prob. Then group rows
+  // by expert so each expert runs as one sgemm over its tokens.
   std::vector<std::vector<int64_t>> expert_rows(static_cast<size_t>(ne));
   std::vector<std::vector<float>> expert_weights(static_cast<size_t>(ne));
   std::vector<int64_t> order(static_cast<size_t>(ne));
-  Vec prob(static_cast<size_t>(ne));
+  std::vector<float> prob(static_cast<size_t>(ne));
   for (int64_t r = 0; r < rows; ++r) {
     const float* lr = logits + r * ne;
     const float mx = *std::max_element(lr, lr + ne);
@@ -392,39 +349,21 @@ void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {
     }
   }
 
-  std::fill(y, y + rows * h, 0.0f);
+  k.Fill(y, rows * h, 0.0f);
   for (int64_t e = 0; e < ne; ++e) {
     const auto& er = expert_rows[static_cast<size_t>(e)];
-    const auto& ew = expert_weights[static_cast<size_t>(e)];
     const auto n = static_cast<int64_t>(er.size());
     if (n == 0) continue;
     float* gathered = Scratch(kGathered, n * h);
     float* out = Scratch(kExpertOut, n * h);
-    for (int64_t j = 0; j < n; ++j) {
-      std::memcpy(gathered + j * h, xn + er[static_cast<size_t>(j)] * h,
-                  static_cast<size_t>(h) * sizeof(float));
-    }
+    k.GatherRows(xn, er, h, gathered);
     SwiGlu(m.experts[static_cast<size_t>(e)], gathered, n, out);
-    for (int64_t j = 0; j < n; ++j) {
-      float* yr = y + er[static_cast<size_t>(j)] * h;
-      const float wgt = ew[static_cast<size_t>(j)];
-      const float* src = out + j * h;
-      for (int64_t i = 0; i < h; ++i) yr[i] += wgt * src[i];
-    }
+    k.ScatterAddRows(y, er, expert_weights[static_cast<size_t>(e)], h, out);
   }
   if (m.shared.intermediate > 0) {
     float* out = Scratch(kExpertOut, rows * h);
     SwiGlu(m.shared, xn, rows, out);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = xn + r * h;
-      double dot = 0.0;
-      for (int64_t i = 0; i < h; ++i)
-        dot += static_cast<double>(xr[i]) * m.shared_gate[static_cast<size_t>(i)];
-      const float sg = Sigmoid(static_cast<float>(dot));
-      float* yr = y + r * h;
-      const float* src = out + r * h;
-      for (int64_t i = 0; i < h; ++i) yr[i] += sg * src[i];
-    }
+    k.SharedExpertAdd(xn, Weight(m.shared_gate), out, y, rows, h);
   }
 }
 

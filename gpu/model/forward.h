@@ -7,22 +7,28 @@
 //
 // The pass works layer by layer over all live tokens at once, so every projection is one sgemm
 // over [live tokens, hidden]; only the recurrences and the attention walk the blocks in order.
+// Every compute step goes through ForwardKernels (forward_kernels.h), so this control flow is
+// the only one, whatever the device: on CUDA the state and entries the pass touches are
+// uploaded as it reaches them and the results written back to the host values at the end.
 // Not thread-safe; one pass per call, over a const Model.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "core/segment_entry.h"
+#include "gpu/model/forward_kernels.h"
 #include "gpu/model/model.h"
 
 namespace hypic::model {
 
 class Model::Pass {
  public:
-  // Runs after `state` and advances it. Cached blocks use `mode` (kNaive adds, others apply T).
-  Pass(const Model& model, ModelState& state, ComposeMode mode);
+  // Runs after `state` and advances it on `device`. Cached blocks use `mode` (kNaive adds,
+  // others apply T).
+  Pass(const Model& model, ModelState& state, ComposeMode mode, const ComputeDevice& device);
 
   // Appends live tokens; merges with a preceding live block.
   void AddLive(std::span<const uint32_t> tokens);
@@ -37,7 +43,8 @@ class Model::Pass {
   int64_t cached_tokens() const { return cached_tokens_; }
 
   // Runs every layer. Logits for every live row (all_logits) or the last live row only; none
-  // when `logits` is null. REQUIRES: at least one live token.
+  // when `logits` is null. Errors: those of CreateForwardKernels for the device, kDeviceError.
+  // REQUIRES: at least one live token.
   Status Run(bool all_logits, std::vector<float>* logits);
 
  private:
@@ -48,23 +55,26 @@ class Model::Pass {
     int64_t row0 = 0;  // live: first row in the live matrices
     const SegmentEntry* entry = nullptr;
   };
-  struct CaptureTensors {
-    float* t = nullptr;  // linear layers
+  struct CaptureTensors {  // host memory of the entry being built
+    float* t = nullptr;    // linear layers
     float* s = nullptr;
     float* conv = nullptr;
     float* k = nullptr;  // attention layers
     float* v = nullptr;
   };
 
-  Status GdnLayer(int64_t li, const float* xn, float* y);
+  void GdnLayer(int64_t li, const float* xn, float* y);
   void AttentionLayer(int64_t li, const float* xn, float* y);
   void MlpLayer(int64_t li, const float* xn, float* y);
   void SwiGlu(const MlpWeights& m, const float* x, int64_t rows, float* out);
 
-  // Working buffers reused by every layer (grown, never shrunk), so a pass allocates and
-  // page-faults its working set once rather than once per layer. Contents are garbage between
-  // uses: every user writes before it reads.
+  // Working buffers reused by every layer (ForwardKernels::Scratch: grown, never shrunk), so a
+  // pass allocates and page-faults its working set once rather than once per layer. Contents
+  // are garbage between uses: every user writes before it reads.
   enum ScratchSlot {
+    kX,
+    kXn,
+    kY,
     kProj,
     kPre,
     kMixed,
@@ -83,9 +93,13 @@ class Model::Pass {
   };
   float* Scratch(ScratchSlot slot, int64_t n);
 
+  const float* Weight(const std::vector<float>& w) { return kernels_->Weight(w); }
+
   const Model& model_;
   ModelState& state_;
   ComposeMode mode_;
+  ComputeDevice device_;
+  std::unique_ptr<ForwardKernels> kernels_;  // made by Run
   std::vector<Block> blocks_;
   std::vector<uint32_t> tokens_;  // live tokens in row order
   int64_t end_pos_ = 0;
@@ -96,8 +110,7 @@ class Model::Pass {
   int64_t capture_seam_ = 0;
   std::vector<CaptureTensors> capture_;
 
-  std::vector<float> scratch_[kNumScratch];
-  std::vector<float> next_state_;  // the linear recurrence's output state, swapped in
+  std::vector<float> router_host_;  // MoE router logits staged on the host
 };
 
 }  // namespace hypic::model

@@ -6,6 +6,7 @@
 
 #include "gpu/model/checkpoint.h"
 #include "gpu/model/forward.h"
+#include "gpu/model/forward_kernels.h"
 #include "gpu/model/generator.h"
 
 namespace hypic::model {
@@ -56,7 +57,10 @@ Result<ComposeMode> ComposeModeFromName(std::string_view name) {
 }
 
 Model::Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerprint)
-    : config_(std::move(config)), weights_(std::move(weights)), fingerprint_(fingerprint) {}
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      fingerprint_(fingerprint),
+      device_cache_(std::make_shared<DeviceContextCache>()) {}
 
 ModelState Model::EmptyState() const {
   ModelState s;
@@ -84,7 +88,7 @@ Result<PrefillResult> Model::Extend(ModelState& state, std::span<const uint32_t>
                                     const PrefillOptions& options) const {
   if (tokens.empty()) return BadRequest("prefill: no tokens");
   HYPIC_RETURN_IF_ERROR(CheckTokens(tokens, config_.vocab_size, "prefill"));
-  Pass pass(*this, state, ComposeMode::kFull);
+  Pass pass(*this, state, ComposeMode::kFull, options.device);
   pass.AddLive(tokens);
   PrefillResult r;
   HYPIC_RETURN_IF_ERROR(pass.Run(options.all_logits, &r.logits));
@@ -112,7 +116,7 @@ Result<std::shared_ptr<SegmentEntry>> Model::SegmentPrefill(std::span<const uint
   if (!has_cached_part && context == nullptr) return entry;  // runs live on reuse
   ModelState alone;
   if (context == nullptr) alone = EmptyState();
-  Pass pass(*this, context != nullptr ? *context : alone, ComposeMode::kFull);
+  Pass pass(*this, context != nullptr ? *context : alone, ComposeMode::kFull, options.device);
   if (has_cached_part) {
     HYPIC_RETURN_IF_ERROR(pass.AddCapture(tokens, options.seam_w, entry.get()));
   } else {
@@ -132,7 +136,8 @@ Status Model::PrefillEntries(std::span<ComposePart> parts, ComposeMode mode,
       if (part.kind == ComposePart::Kind::kSegment) {
         HYPIC_ASSIGN_OR_RETURN(part.entry, SegmentPrefill(part.tokens, options, &context));
       } else {
-        HYPIC_RETURN_IF_ERROR(Extend(context, part.tokens, {.want_state = false}).status());
+        HYPIC_RETURN_IF_ERROR(
+            Extend(context, part.tokens, {.want_state = false, .device = options.device}).status());
       }
     } else if (part.kind == ComposePart::Kind::kSegment) {
       HYPIC_ASSIGN_OR_RETURN(part.entry, SegmentPrefill(part.tokens, options));
@@ -151,7 +156,7 @@ Result<ComposeResult> Model::Compose(std::span<const ComposePart> parts,
 
 Result<ComposeResult> Model::ComposeAfter(ModelState& state, std::span<const ComposePart> parts,
                                           const ComposeOptions& options) const {
-  Pass pass(*this, state, options.mode);
+  Pass pass(*this, state, options.mode, options.device);
   const int64_t w = options.seam_w;
   const ModelConfig& c = config_;
   for (size_t i = 0; i < parts.size(); ++i) {

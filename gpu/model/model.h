@@ -26,8 +26,14 @@
 // Numerics: fp32 everywhere, states and transitions included; projections use OpenBLAS sgemm
 // over all live tokens at once; attention softmax accumulates in fp32.
 //
-// Thread-safety: a Model is immutable after Load; passes are const and may run concurrently
-// (each allocates its own scratch). Results and states are plain values owned by the caller.
+// Devices: every pass runs on the CPU or on a CUDA device (the options' `device`); inputs and
+// results (states, entries, logits) are host values either way, and the CUDA numerics (cuBLAS
+// fp32 sgemm) match the CPU's within 1e-4 relative.
+//
+// Thread-safety: a Model is immutable after Load (apart from its per-device weight copies,
+// built once under a mutex); passes are const and may run concurrently (each allocates its own
+// scratch); CUDA passes on one device run one at a time. Results and states are plain values owned
+// by the caller.
 #pragma once
 
 #include <cstdint>
@@ -42,10 +48,13 @@
 #include "core/segment_entry.h"
 #include "core/segment_key.h"
 #include "core/status.h"
+#include "gpu/model/compute_device.h"
 #include "gpu/model/config.h"
 #include "gpu/model/weights.h"
 
 namespace hypic::model {
+
+class DeviceContextCache;  // forward_kernels.h
 
 // The running state of a prompt after its first n_positions tokens.
 struct LayerState {
@@ -63,6 +72,7 @@ struct ModelState {
 struct PrefillOptions {
   bool all_logits = false;  // logits for every token, else the last token only
   bool want_state = true;
+  ComputeDevice device = {};  // where the pass runs; state and results stay host values
 };
 
 struct PrefillResult {
@@ -75,6 +85,7 @@ struct SegmentOptions {
   uint32_t seam_w = 8;
   uint32_t format_version = 1;
   std::string name_space = {};
+  ComputeDevice device = {};
 };
 
 enum class ComposeMode : uint8_t {
@@ -102,6 +113,7 @@ struct ComposeOptions {
   // Without logits the last part may be a cached segment and no logits are computed: a fold
   // step of a combine that composes entries as they arrive (see ComposeAfter).
   bool want_logits = true;
+  ComputeDevice device = {};
 };
 
 struct ComposeResult {
@@ -159,6 +171,8 @@ class Model {
   ModelConfig config_;
   ModelWeights weights_;
   ModelFingerprint fingerprint_;
+  // Per-device contexts (weights uploaded on first use); shared so the type stays opaque here.
+  std::shared_ptr<DeviceContextCache> device_cache_;
 };
 
 // Loads `spec`: a model directory (config.json + safetensors), or "builtin:NAME" for a preset

@@ -9,6 +9,9 @@
 //
 //   hypic-bench compose --model DIR|builtin:small [--segments 16] [--segment-len 1024]
 //       [--suffix 32] [--seam 8] [--modes full,naive,hypic,oracle] [--reps 3] [--json]
+//       [--device cpu|cuda[:N]]
+// Every pass runs on --device (exit 2 when CUDA is not built or the device is absent); the
+// sgemm peak is always the CPU's. On CUDA the CPU-time columns are the host's share only.
 #include <cblas.h>
 #include <fmt/format.h>
 
@@ -47,6 +50,7 @@ struct Options {
   uint64_t seed = 1;
   int threads = 0;  // 0: the hardware's
   bool json = false;
+  std::string device = "cpu";
 };
 
 // Process CPU seconds (all threads) beside wall time: on a shared, oversubscribed machine the
@@ -125,6 +129,13 @@ double Kl(const std::vector<float>& p_logits, const std::vector<float>& q_logits
 
 int Run(const Options& opt) {
   if (opt.threads > 0) model::SetComputeThreads(opt.threads);
+  auto device = model::ParseComputeDevice(opt.device);
+  Status device_ok = device.ok() ? model::CheckComputeDevice(*device) : device.status();
+  if (!device_ok.ok()) {
+    fmt::print(stderr, "hypic-bench compose: --device: {}\n", device_ok.ToString());
+    return kExitBadInput;
+  }
+  const model::ComputeDevice dev = *device;
   auto loaded = model::LoadModel(opt.model, opt.cache_dir);
   if (!loaded.ok()) {
     fmt::print(stderr, "hypic-bench compose: {}\n", loaded.status().ToString());
@@ -160,7 +171,7 @@ int Run(const Options& opt) {
   }
   prompt.push_back({ComposePart::Kind::kRaw, tokens(opt.suffix), nullptr});
   const int64_t total = int64_t{opt.segments} * opt.segment_len + opt.suffix;
-  const model::SegmentOptions seg_opts{.seam_w = opt.seam};
+  const model::SegmentOptions seg_opts{.seam_w = opt.seam, .device = dev};
   auto fail = [](const Status& s) {
     fmt::print(stderr, "hypic-bench compose: {}\n", s.ToString());
     return kExitFailure;
@@ -169,16 +180,16 @@ int Run(const Options& opt) {
   if (!opt.json) {
     fmt::print(
         "hypic-bench compose: {} ({} params), {} x {} tokens + {} suffix = {} tokens, "
-        "seam {}, {} threads, median of {}\n",
+        "seam {}, {} threads, device {}, median of {}\n",
         opt.model, m.config().ParameterCount(), opt.segments, opt.segment_len, opt.suffix, total,
-        opt.seam, model::ComputeThreads(), opt.reps);
+        opt.seam, model::ComputeThreads(), model::ComputeDeviceName(dev), opt.reps);
   }
   const Timing peak = SgemmPeakGflops();
 
   // The reference: full prefill (always run, every other mode is compared with it).
   std::vector<float> full_logits;
   const Timing full = Median(opt.reps, [&] {
-    auto r = m.Compose(prompt, {.mode = ComposeMode::kFull, .seam_w = opt.seam});
+    auto r = m.Compose(prompt, {.mode = ComposeMode::kFull, .seam_w = opt.seam, .device = dev});
     if (r.ok()) full_logits = std::move(r->logits);
   });
   if (full_logits.empty()) return fail(Internal("full prefill failed"));
@@ -213,7 +224,7 @@ int Run(const Options& opt) {
     std::vector<float> logits;
     Status st;
     r.ttft = Median(opt.reps, [&] {
-      auto c = m.Compose(parts, {.mode = mode, .seam_w = opt.seam});
+      auto c = m.Compose(parts, {.mode = mode, .seam_w = opt.seam, .device = dev});
       st = c.status();
       if (c.ok()) {
         logits = std::move(c->logits);
@@ -237,7 +248,8 @@ int Run(const Options& opt) {
   Timing plain, with_t;
   for (int i = 0; i < t_segs; ++i) {
     const auto& seg = prompt[static_cast<size_t>(i)].tokens;
-    plain += Median(opt.reps, [&] { (void)m.FullPrefill(seg, {.want_state = false}); });
+    plain +=
+        Median(opt.reps, [&] { (void)m.FullPrefill(seg, {.want_state = false, .device = dev}); });
     with_t += Median(opt.reps, [&] { (void)m.SegmentPrefill(seg, seg_opts); });
   }
   const double t_overhead_cpu = 100.0 * (with_t.cpu - plain.cpu) / plain.cpu;
@@ -256,6 +268,7 @@ int Run(const Options& opt) {
     j["tokens"] = total;
     j["reps"] = opt.reps;
     j["threads"] = model::ComputeThreads();
+    j["device"] = model::ComputeDeviceName(dev);
     for (const ModeResult& r : results) {
       j["modes"][std::string(model::ComposeModeName(r.mode))] = {
           {"ttft_ms", r.ttft.wall * 1e3},
@@ -331,6 +344,7 @@ const bool kRegistered = RegisterSubcommand(
       sub.add_option("--threads", opt->threads, "Compute threads (OpenBLAS and kernels); 0: all")
           ->capture_default_str();
       sub.add_flag("--json", opt->json, "Print one JSON object");
+      sub.add_option("--device", opt->device, "cpu, cuda or cuda:N")->capture_default_str();
       return [opt] { return Run(*opt); };
     });
 

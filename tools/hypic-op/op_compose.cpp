@@ -1,6 +1,7 @@
 // `hypic-op compose`: one Compose on files, the fixed interface for external checks of the PIC
 // path (issue 9):
 //   hypic-op compose --model DIR|builtin:NAME --input REQ.json --output OUT.safetensors
+//                    [--device cpu|cuda[:N]]
 // REQ: {"seam": 8, "mode": "hypic"|"naive"|"oracle"|"full",
 //       "parts": [{"kind": "segment"|"raw", "tokens": [...]}, ...]}   (seam defaults to 8)
 // Segment parts are prefilled alone (position-independent entries), in `oracle` mode in their
@@ -8,7 +9,8 @@
 // `layer.{i}.state` [HV, dk, dv] per linear layer, and `layer.{i}.k` / `layer.{i}.v`
 // [n_tokens, n_kv_heads, head_dim] per attention layer (K post-RoPE at absolute positions),
 // covering every token. A malformed request, an unknown mode or an out-of-vocabulary token
-// exits 2 naming the field; a model error exits 2 with the loader's message.
+// exits 2 naming the field; a model error exits 2 with the loader's message; a device that this
+// build cannot use (CUDA not built, or no such device) exits 2 naming --device.
 #include <fmt/format.h>
 
 #include <fstream>
@@ -33,6 +35,7 @@ struct ComposeOptions {
   std::string input;
   std::string output;
   std::string cache_dir = "/tmp/hypic-models";
+  std::string device = "cpu";
 };
 
 struct Request {
@@ -123,14 +126,19 @@ int RunCompose(const ComposeOptions& opt) {
   if (!in) return bad(NotFound(fmt::format("--input: cannot open {}", opt.input)));
   std::stringstream text;
   text << in.rdbuf();
+  auto device = model::ParseComputeDevice(opt.device);
+  if (!device.ok()) return bad(device.status().WithContext("--device"));
+  if (Status st = model::CheckComputeDevice(*device); !st.ok())
+    return bad(st.WithContext("--device"));
   auto model = model::LoadModel(opt.model, opt.cache_dir);
   if (!model.ok()) return bad(model.status());
   const model::Model& m = **model;
   auto req = ParseRequest(text.str(), m.config().vocab_size);
   if (!req.ok()) return bad(req.status());
-  Status st = m.PrefillEntries(req->parts, req->mode, {.seam_w = req->seam});
+  Status st = m.PrefillEntries(req->parts, req->mode, {.seam_w = req->seam, .device = *device});
   if (!st.ok()) return bad(st);
-  auto r = m.Compose(req->parts, {.mode = req->mode, .seam_w = req->seam, .want_state = true});
+  auto r = m.Compose(
+      req->parts, {.mode = req->mode, .seam_w = req->seam, .want_state = true, .device = *device});
   if (!r.ok()) return bad(r.status());
   st = WriteOutput(opt.output, m, *r);
   if (!st.ok()) {
@@ -150,6 +158,7 @@ const bool kRegistered = RegisterSubcommand(
           ->required();
       sub.add_option("--cache-dir", opt->cache_dir, "Where builtin models are generated")
           ->capture_default_str();
+      sub.add_option("--device", opt->device, "cpu, cuda or cuda:N")->capture_default_str();
       return [opt] { return RunCompose(*opt); };
     });
 

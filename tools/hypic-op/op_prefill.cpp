@@ -1,8 +1,10 @@
 // `hypic-op prefill`: one FullPrefill on a model directory, the fixed interface for external
 // checks of the forward pass (issue 4):
 //   hypic-op prefill --model DIR|builtin:NAME --tokens 1,2,3,... --output OUT.safetensors
-// OUT holds `logits` [T, vocab] F32 for every position. Bad flags, tokens or model: exit 2 with
-// a message naming the field (or the loader's message).
+//                    [--device cpu|cuda[:N]]
+// OUT holds `logits` [T, vocab] F32 for every position. Bad flags, tokens, model or device (CUDA
+// not built, or no such device): exit 2 with a message naming the field (or the loader's
+// message).
 #include <fmt/format.h>
 
 #include <charconv>
@@ -22,6 +24,7 @@ struct PrefillOptions {
   std::string tokens;
   std::string output;
   std::string cache_dir = "/tmp/hypic-models";
+  std::string device = "cpu";
 };
 
 Result<std::vector<uint32_t>> ParseTokens(const std::string& text) {
@@ -50,9 +53,14 @@ int RunPrefill(const PrefillOptions& opt) {
   };
   auto tokens = ParseTokens(opt.tokens);
   if (!tokens.ok()) return bad(tokens.status());
+  auto device = model::ParseComputeDevice(opt.device);
+  if (!device.ok()) return bad(device.status().WithContext("--device"));
+  if (Status st = model::CheckComputeDevice(*device); !st.ok())
+    return bad(st.WithContext("--device"));
   auto model = model::LoadModel(opt.model, opt.cache_dir);
   if (!model.ok()) return bad(model.status());
-  auto r = (*model)->FullPrefill(*tokens, {.all_logits = true, .want_state = false});
+  auto r =
+      (*model)->FullPrefill(*tokens, {.all_logits = true, .want_state = false, .device = *device});
   if (!r.ok()) return bad(r.status().WithContext("--tokens"));
   SafetensorsWriter w;
   Status st = w.Add("logits", DType::kF32, Shape{r->rows, (*model)->config().vocab_size},
@@ -73,6 +81,7 @@ const bool kRegistered = RegisterSubcommand(
       sub.add_option("--output", opt->output, "Output safetensors (logits)")->required();
       sub.add_option("--cache-dir", opt->cache_dir, "Where builtin models are generated")
           ->capture_default_str();
+      sub.add_option("--device", opt->device, "cpu, cuda or cuda:N")->capture_default_str();
       return [opt] { return RunPrefill(*opt); };
     });
 

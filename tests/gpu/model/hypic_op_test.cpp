@@ -166,6 +166,23 @@ TEST_CASE("hypic-op errors exit 2 and name the field") {
   e = fx.Run(fmt::format("prefill --model {} --tokens 1,600 --output {}", model, out.string()));
   CHECK(e.code == 2);
   CHECK(e.err.find("vocab_size") != std::string::npos);
+
+  // --device: a bad name, or a CUDA device this build or machine does not have, exits 2.
+  std::ofstream(req, std::ios::trunc)
+      << R"({"mode": "hypic", "parts": [{"kind": "raw", "tokens": [1]}]})";
+  for (const std::string device : {"gpu", "cuda:4096"}) {
+    e = fx.Run(fmt::format("prefill --model {} --tokens 1,2 --output {} --device {}", model,
+                           out.string(), device));
+    CHECK(e.code == 2);
+    CHECK_MESSAGE(e.err.find("--device") != std::string::npos, e.err);
+    e = fx.Run(fmt::format("compose --model {} --input {} --output {} --device {}", model,
+                           req.string(), out.string(), device));
+    CHECK(e.code == 2);
+    CHECK_MESSAGE(e.err.find("--device") != std::string::npos, e.err);
+  }
+  e = fx.Run(
+      fmt::format("prefill --model {} --tokens 1,2 --output {} --device cpu", model, out.string()));
+  CHECK_MESSAGE(e.code == 0, e.err);
 }
 
 }  // namespace

@@ -1,0 +1,21 @@
+#include "gpu/model/forward_kernels.h"
+
+#include "gpu/model/cpu_kernels.h"
+#include "gpu/model/cuda_forward.h"
+
+namespace hypic::model {
+
+Result<std::unique_ptr<ForwardKernels>> CreateForwardKernels(const ComputeDevice& device,
+                                                             const ModelWeights& weights,
+                                                             DeviceContextCache& cache) {
+  if (device.kind == gpu::BackendKind::kCpu) {
+    return std::unique_ptr<ForwardKernels>(std::make_unique<CpuForwardKernels>());
+  }
+  HYPIC_RETURN_IF_ERROR(CheckComputeDevice(device));
+  HYPIC_ASSIGN_OR_RETURN(std::shared_ptr<DeviceContext> context, cache.Get(device.index, [&] {
+    return CreateCudaContext(weights, device.index);
+  }));
+  return CreateCudaForwardKernels(std::move(context));
+}
+
+}  // namespace hypic::model

@@ -1,0 +1,167 @@
+// ForwardKernels: the compute steps of Model::Pass (forward.h) on one backend, so the pass's
+// control flow is written once and runs on the CPU (CpuForwardKernels, cpu_kernels.h) or on a
+// CUDA device (gpu/cuda/model/, reached through cuda_forward.h). One virtual call per step over
+// whole matrices, never per row.
+//
+// Memory: every float pointer a step takes lives in the backend's memory ("device pointers";
+// plain host memory on the CPU). The pass gets them from Scratch (working buffers), Weight (the
+// model's weights, resident on the device), Input (host data it only reads, such as entry
+// tensors) and Mirror (host data it updates or fills, such as the running state and a captured
+// entry: written back by Finish). On the CPU all four return the host memory itself, so the
+// CPU pass copies nothing it did not copy before.
+//
+// Errors are sticky, as in CUDA: a failing step records the first error and every later step
+// does nothing; status() and Finish() report it. The pass checks status() once per layer.
+//
+// Ownership and threads: a ForwardKernels belongs to one pass on one thread. A CUDA one holds its
+// device context (stream, cuBLAS handle, uploaded weights, scratch) exclusively for its lifetime,
+// so passes on one device run one at a time; CPU passes run concurrently (own scratch each).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_annotations.h"
+#include "gpu/linear/linear_attention.h"
+#include "gpu/linear/short_conv.h"
+#include "gpu/model/compute_device.h"
+#include "gpu/model/weights.h"
+
+namespace hypic::model {
+
+// Causal GQA attention: query head h reads kv head h / (heads / kv_heads).
+struct AttentionShape {
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// GDN input preparation over rows [0, rows) of the conv output and of the projection.
+struct GdnInputArgs {
+  int64_t rows = 0;
+  int64_t key_heads = 0, value_heads = 0, dk = 0, dv = 0;
+  float q_scale = 1.0f;          // 1/sqrt(dk)
+  const float* mixed = nullptr;  // [rows, 2*H*dk + HV*dv]: q | k | v after the conv
+  const float* ba = nullptr;     // row r at ba + r*ld_ba: b (HV) | a (HV)
+  int64_t ld_ba = 0;
+  const float* a_log = nullptr;    // [HV]
+  const float* dt_bias = nullptr;  // [HV]
+  float* q = nullptr;              // [rows, H, dk], L2-normalised and scaled
+  float* k = nullptr;              // [rows, H, dk], L2-normalised
+  float* v = nullptr;              // [rows, HV*dv]
+  float* gate = nullptr;           // [rows, HV], log decay
+  float* beta = nullptr;           // [rows, HV], sigmoid(b)
+};
+
+class ForwardKernels {
+ public:
+  virtual ~ForwardKernels() = default;
+
+  // --- memory ---
+  // A working buffer of at least n floats for `slot` (grown, never shrunk; garbage contents).
+  virtual float* Scratch(int slot, int64_t n) = 0;
+  // The backend's copy of one weight of the model this kernels object was made for.
+  virtual const float* Weight(const std::vector<float>& host) = 0;
+  // Host data the pass only reads; valid until Finish.
+  virtual const float* Input(const float* host, int64_t n) = 0;
+  // Host data the pass updates (`read`: its current contents are needed) or only writes; the
+  // backend's copy is written back to `host` by Finish.
+  virtual float* Mirror(float* host, int64_t n, bool read) = 0;
+  // Host-visible contents of n floats at `data` (synchronises on a device; may use `staging`).
+  virtual const float* ToHost(const float* data, int64_t n, std::vector<float>* staging) = 0;
+  // Writes every Mirror back and waits for the device. Returns the sticky status.
+  virtual Status Finish() = 0;
+  virtual Status status() const = 0;
+
+  // --- steps (all buffers fp32 row-major; ld* are row strides in elements) ---
+  // x[r] = table[tokens[r]], rows of `dim`.
+  virtual void Embed(const float* table, std::span<const uint32_t> tokens, int64_t dim,
+                     float* x) = 0;
+  // y[m, n] = x[m, k] * w[n, k]^T (+ y when accumulate).
+  virtual void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
+                    int64_t ldw, float* y, int64_t ldy, bool accumulate = false) = 0;
+  // Zero-centred RMSNorm per row; x and y may alias.
+  virtual void RmsNorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
+                       int64_t rows, int64_t dim, float eps) = 0;
+  // GDN's output norm in place: o [rows, heads*dim], z row r at z + r*ldz.
+  virtual void GatedRmsNorm(float* o, const float* z, int64_t ldz, const float* w, int64_t rows,
+                            int64_t heads, int64_t dim, float eps) = 0;
+  // x += y over n floats.
+  virtual void Add(float* x, const float* y, int64_t n) = 0;
+  virtual void Fill(float* x, int64_t n, float value) = 0;
+  // rows x cols floats from src (row stride lds) to dst (row stride ldd); no overlap.
+  virtual void Copy2D(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows,
+                      int64_t cols) = 0;
+  // NeoX RoPE on the first `rotary_dim` dims of each head; row r is at position pos0 + r.
+  virtual void Rope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
+                    int64_t rotary_dim, double theta, int64_t pos0) = 0;
+  // The short causal conv with SiLU; `state` [K-1, C] is read and advanced.
+  virtual void CausalConv(const linear::ConvShape& shape, const float* x, const float* weight,
+                          float* state, float* y) = 0;
+  virtual void GdnInputs(const GdnInputArgs& args) = 0;
+  // linear::ChunkedForward's contract (final_state may alias initial_state).
+  virtual void LinearForward(linear::Variant variant, const linear::Shape& shape,
+                             const linear::Inputs& in, const float* initial,
+                             const linear::Outputs& out) = 0;
+  // The operator jump over a cached segment: state <- T state + S0, or state + S0 when
+  // `transition` is null (the naive strawman). Dense T, [HV, dk, dk].
+  virtual void JumpState(const linear::Shape& shape, const float* transition,
+                         const float* zero_state, float* state) = 0;
+  // Causal softmax attention of `rows` queries at positions pos0.. over keys/values at
+  // positions [0, pos0 + rows). q/out [rows, heads, hd]; k/v [positions, kv_heads, hd].
+  virtual void Attention(const AttentionShape& shape, const float* q, const float* k,
+                         const float* v, float* out, int64_t rows, int64_t pos0) = 0;
+  // out[r, i] *= sigmoid(gate[r*ldg + i]) for i < cols; out rows contiguous.
+  virtual void SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows,
+                           int64_t cols) = 0;
+  // Each row of gu [rows, 2*im]: the gate half becomes silu(gate) * up.
+  virtual void SwiGlu(float* gu, int64_t rows, int64_t im) = 0;
+  // dst[j] = src[idx[j]] (rows of `cols`).
+  virtual void GatherRows(const float* src, std::span<const int64_t> idx, int64_t cols,
+                          float* dst) = 0;
+  // y[idx[j]] += weight[j] * src[j]; idx holds no duplicates.
+  virtual void ScatterAddRows(float* y, std::span<const int64_t> idx, std::span<const float> weight,
+                              int64_t cols, const float* src) = 0;
+  // y[r] += sigmoid(x[r] . gate_w) * out[r].
+  virtual void SharedExpertAdd(const float* x, const float* gate_w, const float* out, float* y,
+                               int64_t rows, int64_t dim) = 0;
+};
+
+// What a backend keeps per model and device between passes (for CUDA: the uploaded weights,
+// stream, cuBLAS handle and scratch).
+class DeviceContext {
+ public:
+  virtual ~DeviceContext() = default;
+};
+
+// The per-model cache of device contexts, created on first use. Thread-safe.
+class DeviceContextCache {
+ public:
+  // The context of `device` for `weights` (which must be the owning model's, alive as long as
+  // the cache), built on first use by `make`.
+  template <typename Make>
+  Result<std::shared_ptr<DeviceContext>> Get(int device, const Make& make) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    auto it = contexts_.find(device);
+    if (it != contexts_.end()) return it->second;
+    Result<std::shared_ptr<DeviceContext>> made = make();
+    if (made.ok()) contexts_.emplace(device, *made);
+    return made;
+  }
+
+ private:
+  Mutex mu_;
+  std::map<int, std::shared_ptr<DeviceContext>> contexts_ GUARDED_BY(mu_);
+};
+
+// The kernels for one pass of the model with `weights` on `device`: CPU always; CUDA when this
+// build has the kernels (kUnsupported otherwise) and the device exists (kNotFound otherwise).
+Result<std::unique_ptr<ForwardKernels>> CreateForwardKernels(const ComputeDevice& device,
+                                                             const ModelWeights& weights,
+                                                             DeviceContextCache& cache);
+
+}  // namespace hypic::model

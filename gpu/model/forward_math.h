@@ -1,0 +1,147 @@
+// Per-element and per-row math of the forward pass (MATH.md §5-§6) as HYPIC_HD inline
+// functions: the CPU kernels (cpu_kernels.cpp) and the CUDA kernels (gpu/cuda/model/) both call
+// these, so the CPU tests exercise the arithmetic the device runs. Accumulation types and
+// operation order are part of the contract: the CPU path is bit-for-bit what it was before
+// the kernels moved behind ForwardKernels.
+//
+// Rows are plain pointers with unit stride; callers map threads or loops to rows. Stateless and
+// thread-compatible.
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/hd.h"
+
+namespace hypic::model {
+
+HYPIC_HD_INLINE int32_t FloatBits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_int(x);
+#else
+  int32_t i;
+  std::memcpy(&i, &x, sizeof i);
+  return i;
+#endif
+}
+
+HYPIC_HD_INLINE float BitsFloat(int32_t i) {
+#if defined(__CUDA_ARCH__)
+  return __int_as_float(i);
+#else
+  float x;
+  std::memcpy(&x, &i, sizeof x);
+  return x;
+#endif
+}
+
+// exp(x), relative error below 3e-7 over the float range (inputs below -87.3 give ~1e-38, not
+// 0; NaN stays NaN). Branch-free so loops over it vectorise: Cody-Waite reduction to
+// |r| <= ln2/2, a degree-6 Taylor polynomial, and the power of two built in the exponent bits.
+HYPIC_HD_INLINE float FastExp(float x) {
+  x = x < -87.3f ? -87.3f : x;  // std::max / std::min order: NaN passes through
+  x = 88.3f < x ? 88.3f : x;
+  constexpr float kLog2e = 1.44269504f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float t = x * kLog2e + kRound;
+  const float n = t - kRound;
+  float r = x - n * 0.693145751953125f;  // ln 2, high part (exact product)
+  r -= n * 1.428606765330187e-06f;       // ln 2, low part
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (FloatBits(t) - 0x4B400000 + 127) * (1 << 23);  // 2^n, n in [-126, 127]
+  return p * BitsFloat(bits);
+}
+HYPIC_HD_INLINE float Sigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
+HYPIC_HD_INLINE float Silu(float x) { return x / (1.0f + FastExp(-x)); }
+// softplus with the usual linear tail above 20 (float: log1p(e^x) == x there).
+HYPIC_HD_INLINE float Softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// 1 / rms(x) of a row of `dim` elements, sum of squares in double.
+HYPIC_HD_INLINE float RmsInverse(const float* x, int64_t dim, float eps) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return static_cast<float>(1.0 / sqrt(ss / static_cast<double>(dim) + eps));
+}
+
+// Zero-centred RMSNorm of Qwen3-Next over one row: y = x / rms(x) * (1 + w). x and y may alias.
+HYPIC_HD_INLINE void RmsNormZeroCentredRow(const float* x, const float* w, float* y, int64_t dim,
+                                           float eps) {
+  const float inv = RmsInverse(x, dim, eps);
+  for (int64_t i = 0; i < dim; ++i) y[i] = x[i] * inv * (1.0f + w[i]);
+}
+
+// The GDN output norm over one value head, in place: o = w * o / rms(o) * silu(z) (plain, not
+// zero-centred, weight).
+HYPIC_HD_INLINE void GatedRmsNormRow(float* o, const float* z, const float* w, int64_t dim,
+                                     float eps) {
+  const float inv = RmsInverse(o, dim, eps);
+  for (int64_t d = 0; d < dim; ++d) o[d] = w[d] * (o[d] * inv) * Silu(z[d]);
+}
+
+// GDN's q/k normalisation over one head: dst = src / sqrt(|src|^2 + 1e-6) * scale (eps inside
+// the root, as fla's l2norm; scale is 1/sqrt(dk) for q, 1 for k).
+HYPIC_HD_INLINE void L2NormRow(const float* src, float* dst, int64_t dim, float scale) {
+  double ss = 0.0;
+  for (int64_t d = 0; d < dim; ++d) ss += static_cast<double>(src[d]) * src[d];
+  const float inv = static_cast<float>(1.0 / sqrt(ss + 1e-6)) * scale;
+  for (int64_t d = 0; d < dim; ++d) dst[d] = src[d] * inv;
+}
+
+// GDN's per-token, per-value-head log decay: g = -e^{A_log} * softplus(a + dt_bias).
+HYPIC_HD_INLINE float GdnLogDecay(float a_log, float a, float dt_bias) {
+  return -expf(a_log) * Softplus(a + dt_bias);
+}
+
+// The inverse frequency of RoPE pair i: theta^(-2i / rotary_dim), in double.
+HYPIC_HD_INLINE double RopeInvFreq(double theta, int64_t i, int64_t rotary_dim) {
+  return pow(theta, -static_cast<double>(2 * i) / static_cast<double>(rotary_dim));
+}
+
+// The (cos, sin) of position `pos` for a pair of inverse frequency `inv_freq`, computed in
+// double and rounded once.
+HYPIC_HD_INLINE void RopeCosSin(int64_t pos, double inv_freq, float* cos_v, float* sin_v) {
+  const double angle = static_cast<double>(pos) * inv_freq;
+  *cos_v = static_cast<float>(cos(angle));
+  *sin_v = static_cast<float>(sin(angle));
+}
+
+// SwiGLU of one (gate, up) pair, and over one row of [gate (im) | up (im)]: the gate half
+// becomes silu(gate) * up, in place.
+HYPIC_HD_INLINE float SwiGlu(float gate, float up) { return Silu(gate) * up; }
+HYPIC_HD_INLINE void SwiGluRow(float* row, int64_t im) {
+  for (int64_t i = 0; i < im; ++i) row[i] = SwiGlu(row[i], row[im + i]);
+}
+
+// The shared expert's gate of one row: sigmoid(x . w), the dot product in double.
+HYPIC_HD_INLINE float SharedExpertGate(const float* x, const float* w, int64_t dim) {
+  double dot = 0.0;
+  for (int64_t i = 0; i < dim; ++i) dot += static_cast<double>(x[i]) * w[i];
+  return Sigmoid(static_cast<float>(dot));
+}
+
+// A streaming softmax over scores s_0, s_1, ... (the device attention's one-pass form): after
+// Add(s) for every score, sum() is sum_j e^{s_j - max()}. Add returns the factor that rescales
+// anything accumulated so far (weights e^{s_j - old max}) and writes the new score's weight.
+struct OnlineSoftmax {
+  float max = -INFINITY;
+  float sum = 0.0f;
+
+  HYPIC_HD_INLINE float Add(float score, float* weight) {
+    const float m = fmaxf(max, score);
+    const float rescale = FastExp(max - m);  // 0 for the first score (max = -inf, clamped)
+    *weight = FastExp(score - m);
+    sum = sum * rescale + *weight;
+    max = m;
+    return rescale;
+  }
+};
+
+}  // namespace hypic::model
