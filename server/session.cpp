@@ -109,7 +109,7 @@ void Session::MaybeRead() {
   asio::mutable_buffer target;
   if (large_) {
     target = asio::buffer(large_->body->data() + large_->received,
-                          large_->body->size() - large_->received);
+                          std::min(large_->body->size() - large_->received, kHashChunk));
   } else {
     if (recv_begin_ == recv_end_) recv_begin_ = recv_end_ = 0;
     if (recv_end_ == recv_.size()) {
@@ -148,6 +148,7 @@ void Session::OnRead(const boost::system::error_code& ec, size_t n) {
   server_.metrics().AddNetworkBytes(n, 0);
   last_progress_ = Clock::now();
   if (large_) {
+    large_->hasher.Update(large_->body->span().subspan(large_->received, n));
     large_->received += n;
     if (large_->received == large_->body->size()) FinishLargeFrame();
   } else {
@@ -199,10 +200,13 @@ void Session::ProcessBuffer() {
       }
       LargeFrame lf;
       lf.header = frame.header;
+      lf.hasher = protocol::BodyHasher(frame.header.checksum_kind);
       lf.ext.assign(bytes.begin() + protocol::kHeaderSize, bytes.begin() + head);
       lf.body = std::make_shared<HostBuffer>(std::move(body).value());
       lf.received = std::min<size_t>(avail - head, lf.body->size());
       std::memcpy(lf.body->data(), bytes.data() + head, lf.received);
+      lf.hasher.Update(lf.ext);
+      lf.hasher.Update(lf.body->span().first(lf.received));
       recv_begin_ += head + lf.received;
       inflight_bytes_ += lf.body->size();  // held until the request is answered
       large_ = std::move(lf);
@@ -244,8 +248,7 @@ void Session::FinishLargeFrame() {
   // The body's bytes were added to inflight_bytes_ when it was allocated; Dispatch adds the
   // whole frame, so take the body back out first.
   inflight_bytes_ -= lf.body->size();
-  uint64_t sum = protocol::BodyChecksum(lf.header.checksum_kind, lf.ext, lf.body->span());
-  if (sum != lf.header.body_checksum) {
+  if (lf.hasher.Digest() != lf.header.body_checksum) {
     protocol::Frame frame;
     frame.header = lf.header;
     RejectFrame(DecodeStatus::kBadBodyChecksum, frame);

@@ -74,13 +74,16 @@ class Session : public std::enable_shared_from_this<Session> {
     uint64_t accounted = 0;  // bytes released from inflight_bytes_ once written
     bool counts_request = false;
   };
-  // A frame larger than kSmallFrameMax whose body is being read into its own buffer.
+  // A frame larger than kSmallFrameMax whose body is being read into its own buffer, at most
+  // kHashChunk per read, and checksummed piece by piece as it arrives (while in cache).
   struct LargeFrame {
     protocol::FrameHeader header;
     protocol::Bytes ext;
     std::shared_ptr<HostBuffer> body;
     size_t received = 0;
+    protocol::BodyHasher hasher{protocol::ChecksumKind::kXxh3_64};
   };
+  static constexpr size_t kHashChunk = 256 << 10;
 
   void MaybeRead();
   void OnRead(const boost::system::error_code& ec, size_t n);
