@@ -252,9 +252,15 @@ class FrameDecoder:
     Lengths are checked against max_body / MAX_EXT_LEN from the header alone, before buffering.
     """
 
+    # read_frame_from() receives at most this much per call, so each piece is checksummed
+    # right after it arrives, while it is still in cache.
+    _CHUNK = 256 << 10
+
     def __init__(self, max_body: int = 1 << 30):
         self.max_body = max_body
         self._buf = bytearray()
+        # (frame size, CRC-32 of its ext + body) for the frame read_frame_from() just read.
+        self._frame_crc: Optional[Tuple[int, int]] = None
 
     def feed(self, data: bytes) -> None:
         self._buf += data
@@ -268,13 +274,16 @@ class FrameDecoder:
         have = len(self._buf)
         frame[:have] = self._buf
         view = memoryview(frame)
+        crc = crc32(view[HEADER_SIZE:have])
         while have < len(frame):
-            n = sock.recv_into(view[have:])
+            n = sock.recv_into(view[have:have + self._CHUNK])
             if n == 0:
                 raise ConnectionError("the server closed the connection")
+            crc = crc32(view[have:have + n], crc)
             have += n
         view.release()
         self._buf = frame
+        self._frame_crc = (len(frame), crc)
 
     def buffered(self) -> int:
         return len(self._buf)
@@ -322,9 +331,12 @@ class FrameDecoder:
         body = bytes(view[HEADER_SIZE + ext_len:total])
         view.release()
         del buf[:total]
+        known, self._frame_crc = self._frame_crc, None
         if kind != CHECKSUM_CRC32:
             raise ProtocolError("the server used xxh3-64, which this client did not request")
-        if crc32(body, crc32(ext)) != checksum:
+        # read_frame_from() checksummed this frame as it arrived; otherwise do it now.
+        crc = known[1] if known is not None and known[0] == total else crc32(body, crc32(ext))
+        if crc != checksum:
             raise ProtocolError("bad body checksum")
         return Frame(version, opcode, flags, kind, request_id, key, status, deadline_ms, ext, body)
 
