@@ -17,10 +17,12 @@
 
 namespace hypic::runtime {
 
-// When the combine folds the entries that have arrived.
+// When the combine folds the entries that have arrived. Measured with CPU workers on all the
+// cores (docs/benchmarks.md, issue 7), kWhenIdle is the best: it folds in the slack of the
+// worker that finishes first, while kEager's steps slow the workers down by more than the
+// steps save; kEager is for a combine with a core (or device) of its own, e.g. GPU workers.
 enum class FoldPolicy : uint8_t {
-  // Each group as soon as its entries are there. On a machine whose cores all run workers the
-  // fold takes CPU from them; measured, it still wins (docs/benchmarks.md, issue 7).
+  // Each group as soon as its entries are there, competing with the workers for the cores.
   kEager = 0,
   // Ready groups only while some worker of the scheduler is idle, the rest after the last
   // arrival: the fold never competes with a worker for a core.

@@ -128,8 +128,8 @@ class MissScheduler {
 
   SchedulerStats stats() const EXCLUDES(mu_);
   size_t workers() const { return pool_.size(); }
-  // The pool's CPU threads in all (what a combine may use once the workers are idle).
-  int cpu_threads() const { return pool_.cpu_threads(); }
+  // The compute threads of one CPU worker; 0 without CPU workers (see WorkerPool).
+  int cpu_budget() const { return pool_.cpu_budget(); }
 
  private:
   friend class MissRequest;

@@ -53,7 +53,7 @@ int HardwareThreads() { return std::max(1, static_cast<int>(std::thread::hardwar
 WorkerPool::WorkerPool(std::vector<std::unique_ptr<Worker>> workers)
     : workers_(std::move(workers)) {
   for (const auto& w : workers_) {
-    if (w->context().kind == gpu::BackendKind::kCpu) cpu_threads_ += w->context().blas_threads;
+    if (w->context().kind == gpu::BackendKind::kCpu) cpu_budget_ = w->context().blas_threads;
   }
 }
 

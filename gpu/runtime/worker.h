@@ -55,14 +55,15 @@ class WorkerPool {
   explicit WorkerPool(std::vector<std::unique_ptr<Worker>> workers);
 
   size_t size() const { return workers_.size(); }
-  // The thread budgets of the CPU workers summed: the cores the pool computes on in CPU mode.
-  int cpu_threads() const { return cpu_threads_; }
+  // The compute threads of one CPU worker (the process-wide BLAS count the pool set); 0 when
+  // the pool has no CPU worker.
+  int cpu_budget() const { return cpu_budget_; }
   Worker& worker(size_t i) { return *workers_[i]; }
   const Worker& worker(size_t i) const { return *workers_[i]; }
 
  private:
   std::vector<std::unique_ptr<Worker>> workers_;
-  int cpu_threads_ = 0;
+  int cpu_budget_ = 0;
 };
 
 // The number of hardware threads (at least 1).

@@ -23,7 +23,7 @@ TEST_CASE("CPU workers split the thread budget and are named by their ordinal") 
     CHECK(ctx.stream != nullptr);
     CHECK((*pool)->worker(i).name() == "cpu:" + std::to_string(i));
   }
-  CHECK((*pool)->cpu_threads() == 6);
+  CHECK((*pool)->cpu_budget() == 2);
 }
 
 TEST_CASE("a CUDA pool has one worker per device, each on its own stream, plus CPU workers") {
@@ -47,7 +47,7 @@ TEST_CASE("a CUDA pool has one worker per device, each on its own stream, plus C
   const Worker& cpu = (*pool)->worker(static_cast<size_t>(devices));
   CHECK(cpu.context().kind == gpu::BackendKind::kCpu);
   CHECK(cpu.name() == "cpu:0");
-  CHECK((*pool)->cpu_threads() == 1);
+  CHECK((*pool)->cpu_budget() == 1);
 }
 
 }  // namespace
