@@ -1,7 +1,10 @@
 #include "gpu/runtime/model_jobs.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
+
+#include "gpu/model/cpu_kernels.h"
 
 namespace hypic::runtime {
 
@@ -51,11 +54,13 @@ PrefillJob MakeSegmentJob(std::shared_ptr<const model::Model> model, std::vector
   job.n_tokens = static_cast<uint32_t>(tokens.size());
   job.compute = [model = std::move(model), tokens = std::move(tokens),
                  options](const WorkerContext& ctx) -> Result<EntryPtr> {
-    if (ctx.kind != gpu::BackendKind::kCpu) {
-      return Unsupported("the model runtime has no CUDA path yet");
-    }
+    // The worker's share of the cores: its passes' own helper threads stay within it.
+    model::ScopedComputeThreads threads(ctx.blas_threads);
+    // On the worker's device (the key does not depend on it: entries are host values).
+    model::SegmentOptions on_worker = options;
+    on_worker.device = model::ComputeDevice{ctx.kind, ctx.device};
     HYPIC_ASSIGN_OR_RETURN(std::shared_ptr<SegmentEntry> entry,
-                           model->SegmentPrefill(tokens, options));
+                           model->SegmentPrefill(tokens, on_worker));
     return EntryPtr(std::move(entry));
   };
   return job;
@@ -64,7 +69,7 @@ PrefillJob MakeSegmentJob(std::shared_ptr<const model::Model> model, std::vector
 namespace {
 
 // The streamed combine: folds the groups of `parts` in order as their entries arrive.
-Result<model::ComposeResult> FoldAsTheyArrive(MissScheduler& scheduler, const model::Model& model,
+Result<model::ComposeResult> FoldAsTheyArrive(const model::Model& model,
                                               std::vector<model::ComposePart>& parts,
                                               const std::vector<size_t>& slots,
                                               MissRequest& request,
@@ -134,6 +139,12 @@ Result<model::ComposeResult> ColdCompose(MissScheduler& scheduler,
   ColdComposeReport r;
   r.misses = jobs.size();
   model::ComposeResult result;
+  // The combine computes with a CPU worker's budget, which is also the process's BLAS thread
+  // count: ParallelFor threads beyond the BLAS threads made Compose 2.2x slower here (two
+  // against one), and more threads for the step after the last arrival, when the workers are
+  // idle, did not pay either (docs/benchmarks.md, issue 7).
+  std::optional<model::ScopedComputeThreads> threads;
+  if (scheduler.cpu_budget() > 0) threads.emplace(scheduler.cpu_budget());
   if (jobs.empty()) {
     const Clock::time_point t1 = Clock::now();
     HYPIC_ASSIGN_OR_RETURN(result, model->Compose(parts, options));
@@ -151,8 +162,8 @@ Result<model::ComposeResult> ColdCompose(MissScheduler& scheduler,
       r.fold_steps = 1;
       r.fold_s = Since(t1);
     } else {
-      HYPIC_ASSIGN_OR_RETURN(
-          result, FoldAsTheyArrive(scheduler, *model, parts, slots, *request, options, fold, r));
+      HYPIC_ASSIGN_OR_RETURN(result,
+                             FoldAsTheyArrive(*model, parts, slots, *request, options, fold, r));
     }
     r.miss = request->timings();
     // The combine left after the last entry arrived.

@@ -31,8 +31,9 @@ namespace hypic::runtime {
 CostShape CostShapeOf(const model::ModelConfig& config);
 
 // A job computing the entry of `tokens`; its key is SegmentKey::Compute over the model's
-// fingerprint, `options` (namespace, seam, format) and the tokens. The model runs on CPU
-// workers; a CUDA worker fails the job with kUnsupported until the model has a CUDA path.
+// fingerprint, `options` (namespace, seam, format) and the tokens. The prefill runs on the
+// device of the worker that takes the job (options.device is replaced by it), within the
+// worker's compute-thread budget.
 PrefillJob MakeSegmentJob(std::shared_ptr<const model::Model> model, std::vector<uint32_t> tokens,
                           const model::SegmentOptions& options);
 
@@ -47,7 +48,8 @@ struct ColdComposeReport {
 
 // Fills the entry of every segment part that has none and is longer than the seam (the misses;
 // hits arrive with their entry from the store) and composes, folding by `fold` (a request
-// without misses composes at once). The fold steps run on the calling thread. kBadRequest for
+// without misses composes at once). The combine runs on the calling thread with a CPU
+// worker's compute budget (ScopedComputeThreads). kBadRequest for
 // kOracle (oracle entries depend on their context and cannot be scattered) or when the segment
 // options' seam differs from the compose options'; the scheduler's errors otherwise (kBusy,
 // kComputeFailed, kDeadlineExceeded, ...).
@@ -55,6 +57,6 @@ Result<model::ComposeResult> ColdCompose(
     MissScheduler& scheduler, const std::shared_ptr<const model::Model>& model,
     std::vector<model::ComposePart> parts, const model::ComposeOptions& options,
     const model::SegmentOptions& segment_options, Clock::time_point deadline,
-    ColdComposeReport* report = nullptr, FoldPolicy fold = FoldPolicy::kEager);
+    ColdComposeReport* report = nullptr, FoldPolicy fold = FoldPolicy::kWhenIdle);
 
 }  // namespace hypic::runtime

@@ -205,6 +205,30 @@ TEST_CASE("the streamed combine returns the composed state; a warm request compo
                     expect->logits.size() * sizeof(float)) == 0);
 }
 
+TEST_CASE("GPU workers: one per CUDA device, prefilling on their device, match the CPU workers") {
+  auto cuda = WorkerPool::Create(PoolOptions{gpu::BackendKind::kCuda, 0, 1});
+  if (cuda.status().code() == StatusCode::kUnsupported) {
+    MESSAGE("skipped: no CUDA device");
+    return;
+  }
+  REQUIRE_OK(cuda);
+  auto m = TinyModel();
+  auto prompt = Prompt(*m, {70, 33, 48, 20}, 8);
+  Rig cpu(1, 1);
+  auto expect = ColdCompose(cpu.scheduler, m, prompt, Hypic(), Seg(), Clock::now() + 60s);
+  REQUIRE_OK(expect);
+  HostTransport transport;
+  CostModel cost(CostCoefficients{1e-4, 0.05, 0.0});
+  MissScheduler scheduler(**cuda, transport, cost, nullptr);
+  ColdComposeReport report;
+  auto got = ColdCompose(scheduler, m, prompt, Hypic(), Seg(), Clock::now() + 60s, &report,
+                         FoldPolicy::kEager);
+  REQUIRE_OK(got);
+  CHECK(report.misses == 4);
+  // The CUDA passes match the CPU's within 1e-4 relative (gpu/model's conformance bound).
+  CHECK(RelDiff(got->logits, expect->logits) < 1e-4);
+}
+
 // A job that holds its worker until the test opens the gate.
 class Gate {
  public:
