@@ -7,18 +7,26 @@
 //   V_new = U - W S;  O = (e^b . Q) S + A_qk V_new;  S <- Diag(e^{b_L}) S + (e^{b_L-b} . K)^T V_new
 // The same step, with U = 0 and dk columns, advances the dense transition T_C (the state map of
 // the homogeneous recurrence), so T costs two L x dk x dk GEMMs per chunk instead of forming the
-// chunk matrix M and a dk^3 product; that chain (and the W feeding it) runs in double, see
-// StepTransition. Every exponent is e^{b_r - b_s} with r >= s (or
-// e^{b_L - b_s}), so nothing overflows for strong decays.
+// chunk matrix M and a dk^3 product (StepTransition, fp32). Every exponent is e^{b_r - b_s}
+// with r >= s (or e^{b_L - b_s}), so nothing overflows for strong decays.
 //
-// Three chains may run per head: the one from the initial state (o, final_state), the one from
-// zero (S(C|0), only when an initial state is given) and the transition chain (delta family).
+// Two chains run per head: the one from the initial state (o, final_state) and, when T_C is
+// wanted or S(C|0) must be separated from a non-zero initial state, the transition chain.
+// S(C|0) is then S_out - T_C S_init (the composition identity read backwards): one dk x dk x dv
+// product per head instead of a third chain from zero, which cost as much as the T chain.
+//
+// Threading: the heads are independent, so they split over OpenBLAS's thread count, which is
+// the process's compute budget (gpu/model's SetComputeThreads, gpu/runtime's worker pool set
+// it). Each thread calls BLAS with products small enough that OpenBLAS runs them on the calling
+// thread; see ChunkThreads.
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "gpu/linear/linear_attention.h"
@@ -28,10 +36,46 @@ namespace hypic::linear {
 
 namespace {
 
+// Subtracts rows [0, r) of X, weighted by A's row r, from columns [j0, j0 + W) of row r. The W
+// accumulators stay in registers (fully unrolled), so the sum over s is not bound by the
+// latency of one FMA chain.
+template <int W>
+void SubtractEarlierRows(const float* a_row, int r, int cols, int j0, float* x) {
+  float acc[W];
+  float* xr = x + int64_t{r} * cols + j0;
+  std::copy(xr, xr + W, acc);
+  for (int s = 0; s < r; ++s) {
+    const float c = a_row[s];
+    const float* xs = x + int64_t{s} * cols + j0;
+#pragma GCC unroll 64
+    for (int j = 0; j < W; ++j) acc[j] -= c * xs[j];
+  }
+  std::copy(acc, acc + W, xr);
+}
+
+// X <- (I + A)^{-1} X by forward substitution, for A strictly lower triangular [n, n] (row
+// stride lda; the diagonal and upper part are not read) and X [n, cols]. Written out instead of
+// cblas_strsm, which OpenBLAS threads even at these sizes (unlike sgemm, see ChunkThreads), so
+// from the head threads it would queue for OpenBLAS's pool; this is also a little faster than
+// its single-threaded strsm at 64 x 64.
+void SolveUnitLower(const float* a, int64_t lda, int n, int cols, float* x) {
+  for (int r = 1; r < n; ++r) {
+    const float* a_row = a + r * lda;
+    int j0 = 0;
+    for (; j0 + 64 <= cols; j0 += 64) SubtractEarlierRows<64>(a_row, r, cols, j0, x);
+    for (; j0 + 16 <= cols; j0 += 16) SubtractEarlierRows<16>(a_row, r, cols, j0, x);
+    for (; j0 < cols; ++j0) SubtractEarlierRows<1>(a_row, r, cols, j0, x);
+  }
+}
+
 class ChunkKernel {
  public:
   ChunkKernel(Variant variant, const Shape& shape, int chunk)
-      : kind_(DecayKindOf(variant)), delta_(HasBeta(variant)), dk_(shape.dk), dv_(shape.dv) {
+      : kind_(DecayKindOf(variant)),
+        delta_(HasBeta(variant)),
+        dk_(shape.dk),
+        dv_(shape.dv),
+        t_block_(std::min(chunk, std::max(kMinTransitionBlock, shape.dk))) {
     const int64_t c = chunk, dk = dk_, dv = dv_;
     q_.resize(c * dk);
     k_.resize(c * dk);
@@ -46,6 +90,12 @@ class ChunkKernel {
     eb_.resize(b_.size());
     eend_.resize(b_.size());
     decay_end_.resize(kind_ == DecayKind::kDiag ? dk : 1);
+    vt_.resize(c * dk);
+    if (t_block_ < chunk) {
+      w_block_.resize(int64_t{t_block_} * dk);
+      k_block_.resize(int64_t{t_block_} * dk);
+      decay_block_.resize(decay_end_.size());
+    }
   }
 
   // Loads chunk tokens [t0, t0 + len) of value head h / key head kh and builds every
@@ -84,71 +134,86 @@ class ChunkKernel {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, n, L, 1.0f, a_qk_.data(), L, v_new,
                   n, 1.0f, o, ldo);
     }
-    if (kind_ == DecayKind::kScalar) {
-      const float a = decay_end_[0];
-      for (int64_t i = 0; i < int64_t{dk} * n; ++i) s[i] *= a;
-    } else if (kind_ == DecayKind::kDiag) {
-      for (int d = 0; d < dk; ++d) {
-        const float a = decay_end_[d];
-        for (int j = 0; j < n; ++j) s[int64_t{d} * n + j] *= a;
-      }
-    }
+    ScaleRows(decay_end_.data(), n, s);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dk, n, L, 1.0f, k_hat_.data(), dk, v_new,
                 n, 1.0f, s, n);
   }
 
-  // Advances the dense transition chain T [dk, dk] (delta family): T <- D T - K_hat^T (W T).
-  // The whole T path (A_kk, the WY solve for W, the chain) runs in double: T is a product of
-  // many near-singular contractions, and fp32 rounding of each chunk's factor would otherwise
-  // dominate its relative error over long segments (measured: up to 1.1e-5 in fp32, 3e-8 here;
-  // docs/benchmarks.md). It roughly doubles the cost of the forward for GDN.
-  void StepTransition(double* t) {
-    const int L = len_, dk = dk_;
-    const int64_t n = int64_t{L} * dk;
-    wd_.resize(n);
-    khd_.resize(n);
-    vtd_.resize(n);
-    for (int r = 0; r < L; ++r) {
-      for (int d = 0; d < dk; ++d) {
-        const int64_t i = int64_t{r} * dk + d;
-        vtd_[i] = k_[i];  // raw K in double for the scores below (scalar / no decay)
-        const double eb = Factor(eb_, r, d), eend = Factor(eend_, r, d);
-        wd_[i] = beta_[r] * eb * k_[i];
-        khd_[i] = k_[i] * eend;
-      }
+  // Advances the dense transition chain T [dk, dk] (delta family) in fp32: T <- D T - K_hat^T
+  // (W T), the state step with U = 0. A chunk holding more than dk keys has linearly dependent
+  // keys, so I + A_kk grows ill-conditioned and the fp32 W loses digits that T keeps (the state
+  // does not: every chunk refreshes it with new inputs). Such chunks advance T in blocks of
+  // t_block_ = dk tokens, each with its own small WY solve on the diagonal block of A_kk: the
+  // same product of per-token factors, split where the solve stays accurate. Measured against
+  // the float64 reference (dk 8-64, 63-1000 tokens): <= 6e-6 relative with blocks, up to 5e-5
+  // with 64-token solves at dk = 8 (tests/gpu/linear). In double the chain cost as much as the
+  // whole forward; in fp32 it costs about a fifth of it (docs/benchmarks.md).
+  void StepTransition(float* t) {
+    const int L = len_;
+    if (t_block_ >= L) {
+      AdvanceTransition(w_.data(), k_hat_.data(), decay_end_.data(), L, t);
+      return;
     }
-    if (kind_ != DecayKind::kDiag) {  // the diagonal case built akk_d_ in BuildScores
-      akk_d_.resize(int64_t{L} * L);
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, dk, 1.0, vtd_.data(), dk,
-                  vtd_.data(), dk, 0.0, akk_d_.data(), L);
-      for (int r = 0; r < L; ++r) {
-        for (int c = 0; c < L; ++c) {
-          const double f = kind_ == DecayKind::kScalar ? std::exp(b_[r] - b_[c]) : 1.0;
-          double& a = akk_d_[int64_t{r} * L + c];
-          a = c < r ? beta_[r] * a * f : 0.0;
-        }
-      }
+    for (int r0 = 0; r0 < L; r0 += t_block_) {
+      const int r1 = std::min(L, r0 + t_block_);
+      BuildTransitionBlock(r0, r1);
+      AdvanceTransition(w_block_.data(), k_block_.data(), decay_block_.data(), r1 - r0, t);
     }
-    cblas_dtrsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, L, dk, 1.0,
-                akk_d_.data(), L, wd_.data(), dk);
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, dk, dk, -1.0, wd_.data(), dk, t, dk,
-                0.0, vtd_.data(), dk);
-    for (int d = 0; d < dk; ++d) {
-      double a = 1.0;
-      if (kind_ == DecayKind::kScalar) a = std::exp(b_[L - 1]);
-      if (kind_ == DecayKind::kDiag) a = std::exp(b_[int64_t{L - 1} * dk + d]);
-      for (int j = 0; j < dk; ++j) t[int64_t{d} * dk + j] *= a;
-    }
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dk, dk, L, 1.0, khd_.data(), dk,
-                vtd_.data(), dk, 1.0, t, dk);
   }
 
  private:
+  // Smaller blocks would cost more in BLAS calls than they gain in accuracy.
+  static constexpr int kMinTransitionBlock = 8;
+
   // Element (r, d) of a per-chunk decay factor array (1 without decay).
   double Factor(const std::vector<double>& f, int r, int d) const {
     if (kind_ == DecayKind::kScalar) return f[r];
     if (kind_ == DecayKind::kDiag) return f[int64_t{r} * dk_ + d];
     return 1.0;
+  }
+
+  // The cumulative log-decay b of row r, element d (0 without decay; 0 for r = -1).
+  double LogDecay(int r, int d) const {
+    if (r < 0 || kind_ == DecayKind::kNone) return 0.0;
+    return kind_ == DecayKind::kScalar ? b_[r] : b_[int64_t{r} * dk_ + d];
+  }
+
+  // x [dk, cols] <- Diag(decay) x: decay[0] for all rows when scalar, nothing without decay.
+  void ScaleRows(const float* decay, int cols, float* x) const {
+    if (kind_ == DecayKind::kNone) return;
+    for (int d = 0; d < dk_; ++d) {
+      const float a = decay[kind_ == DecayKind::kDiag ? d : 0];
+      for (int j = 0; j < cols; ++j) x[int64_t{d} * cols + j] *= a;
+    }
+  }
+
+  // T <- Diag(decay) T - kh^T (w T) over `rows` tokens.
+  void AdvanceTransition(const float* w, const float* kh, const float* decay, int rows, float* t) {
+    const int dk = dk_;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dk, dk, -1.0f, w, dk, t, dk, 0.0f,
+                vt_.data(), dk);
+    ScaleRows(decay, dk, t);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dk, dk, rows, 1.0f, kh, dk, vt_.data(), dk,
+                1.0f, t, dk);
+  }
+
+  // The WY factors of chunk rows [r0, r1) taken alone: decays relative to the block's start,
+  // W solved against the diagonal block of A_kk (its decays are already relative).
+  void BuildTransitionBlock(int r0, int r1) {
+    const int dk = dk_, n = r1 - r0;
+    for (int d = 0; d < (kind_ == DecayKind::kDiag ? dk : 1); ++d) {
+      decay_block_[d] = static_cast<float>(std::exp(LogDecay(r1 - 1, d) - LogDecay(r0 - 1, d)));
+    }
+    for (int r = r0; r < r1; ++r) {
+      for (int d = 0; d < dk; ++d) {
+        const int64_t i = int64_t{r - r0} * dk + d;
+        const double kv = k_[int64_t{r} * dk + d];
+        w_block_[i] =
+            static_cast<float>(beta_[r] * std::exp(LogDecay(r, d) - LogDecay(r0 - 1, d)) * kv);
+        k_block_[i] = static_cast<float>(std::exp(LogDecay(r1 - 1, d) - LogDecay(r, d)) * kv);
+      }
+    }
+    SolveUnitLower(a_kk_.data() + int64_t{r0} * len_ + r0, len_, n, dk, w_block_.data());
   }
 
   void BuildCumulativeDecay(const Shape& shape, const Inputs& in, int64_t t0, int h) {
@@ -202,8 +267,7 @@ class ChunkKernel {
       return;
     }
     // The diagonal decay does not factor out of the dot products: one exp per (r, s, d), in
-    // double. The double A_kk is kept for the transition's WY solve (StepTransition).
-    if (delta_) akk_d_.assign(int64_t{L} * L, 0.0);
+    // double.
     for (int r = 0; r < L; ++r) {
       const double* br = &b_[int64_t{r} * dk];
       const float* qr = &q_[int64_t{r} * dk];
@@ -224,12 +288,7 @@ class ChunkKernel {
           ak += kr[d] * w;
         }
         a_qk_[i] = static_cast<float>(aq);
-        if (delta_ && s < r) {
-          akk_d_[i] = beta_[r] * ak;
-          a_kk_[i] = static_cast<float>(akk_d_[i]);
-        } else if (delta_) {
-          a_kk_[i] = 0.0f;
-        }
+        if (delta_) a_kk_[i] = s < r ? static_cast<float>(beta_[r] * ak) : 0.0f;
       }
     }
   }
@@ -254,22 +313,57 @@ class ChunkKernel {
     for (int r = 0; r < L; ++r) {
       for (int j = 0; j < dv_; ++j) u_[int64_t{r} * dv_ + j] *= beta_[r];
     }
-    cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, L, dv_, 1.0f,
-                a_kk_.data(), L, u_.data(), dv_);
-    cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, L, dk_, 1.0f,
-                a_kk_.data(), L, w_.data(), dk_);
+    SolveUnitLower(a_kk_.data(), L, L, dv_, u_.data());
+    SolveUnitLower(a_kk_.data(), L, L, dk_, w_.data());
   }
 
   DecayKind kind_;
   bool delta_;
   int dk_, dv_;
+  int t_block_;  // tokens per WY solve of the transition chain (StepTransition)
   int len_ = 0;
   std::vector<float> q_, k_, k_hat_, w_, u_, a_qk_, a_kk_, v_new_, beta_, decay_end_;
   // Chunk-local cumulative log-decay b, kept in double (its rounding would enter every
   // exponent), and the factors e^b and e^{b_L - b}: [L] for a scalar decay, [L, dk] diagonal.
   std::vector<double> b_, eb_, eend_;
-  std::vector<double> wd_, khd_, vtd_, akk_d_;
+  // The transition chain's W T, and its per-block factors when t_block_ < the chunk.
+  std::vector<float> vt_, w_block_, k_block_, decay_block_;
 };
+
+// z [dk, dv] -= T S_init for one head: `dense` T [dk, dk] when not nullptr, else the diagonal
+// e^{log_sum} (scalar decay) or e^{log_sum_diag} (diagonal decay), or I without decay.
+void SubtractTransitionTimesState(const float* dense, DecayKind kind, double log_sum,
+                                  const double* log_sum_diag, const float* init, int dk, int dv,
+                                  float* z) {
+  if (dense != nullptr) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, dk, dv, dk, -1.0f, dense, dk, init, dv,
+                1.0f, z, dv);
+    return;
+  }
+  for (int d = 0; d < dk; ++d) {
+    const double log_a = kind == DecayKind::kDiag ? log_sum_diag[d] : log_sum;
+    const auto a = static_cast<float>(std::exp(log_a));
+    for (int j = 0; j < dv; ++j) z[int64_t{d} * dv + j] -= a * init[int64_t{d} * dv + j];
+  }
+}
+
+// How many threads split the heads: OpenBLAS's thread count (the process's compute budget),
+// at most one per head, and 1 for short inputs, where starting a thread (tens of us) costs
+// about as much as a head's chunk. Splitting also requires every per-chunk product to stay at
+// or below OpenBLAS's threading threshold (M N K <= 4 * 65536, its GEMM_MULTITHREAD_THRESHOLD
+// default): OpenBLAS then runs each call on the calling thread, while larger ones (dk = 128)
+// would make the head threads queue for its one pool; those keep the heads on the caller and
+// let OpenBLAS thread each product.
+int ChunkThreads(const Shape& shape, int chunk) {
+  constexpr int64_t kBlasSingleThreadMnk = 4 * 65536;
+  // The largest product: a chunk's (chunk x width x width), or S(C|0)'s final T S_init.
+  const int64_t width = std::max(shape.dk, shape.dv);
+  if (shape.tokens < 2 * int64_t{chunk} ||
+      std::max<int64_t>(chunk, width) * width * width > kBlasSingleThreadMnk) {
+    return 1;
+  }
+  return std::clamp(openblas_get_num_threads(), 1, int{shape.value_heads});
+}
 
 }  // namespace
 
@@ -284,61 +378,100 @@ Status ChunkedForward(Variant variant, const Shape& shape, const Inputs& in,
   const int group = HV / shape.key_heads;
   const TransitionForm form = TransitionFormOf(variant);
   const DecayKind kind = DecayKindOf(variant);
-  const bool delta = HasBeta(variant);
-  const int64_t state_floats = int64_t{dk} * dv;
-  const bool zero_chain = out.zero_state != nullptr && initial_state != nullptr;
-  const bool dense_t = out.transition != nullptr && form == TransitionForm::kDense;
+  const int64_t state_floats = int64_t{dk} * dv, t_floats = int64_t{dk} * dk;
+  // The chain starts from the initial state only when an output needs it; S(C|0) alone is
+  // then the chain from zero. Otherwise S(C|0) = S_out - T_C S_init, which needs T_C.
+  const float* init = out.o != nullptr || out.final_state != nullptr ? initial_state : nullptr;
+  const bool zero_by_difference = out.zero_state != nullptr && init != nullptr;
+  const bool dense = form == TransitionForm::kDense;
+  const bool dense_t = dense && (out.transition != nullptr || zero_by_difference);
+  const bool log_t = !dense && (out.transition != nullptr || zero_by_difference);
   const bool main_chain =
-      out.o != nullptr || out.final_state != nullptr || (out.zero_state != nullptr && !zero_chain);
+      out.o != nullptr || out.final_state != nullptr || out.zero_state != nullptr;
 
-  ChunkKernel kernel(variant, shape, chunk);
-  std::vector<float> s(state_floats), z(zero_chain ? state_floats : 0);
-  std::vector<double> t(dense_t ? int64_t{dk} * dk : 0);
-  std::vector<float> t_out(dense_t ? int64_t{dk} * dk : 0);
-  std::vector<double> log_sum_diag(form == TransitionForm::kDiagLog ? dk : 0);
-  for (int h = 0; h < HV; ++h) {
-    const int kh = h / group;
-    if (initial_state != nullptr) {
-      std::memcpy(s.data(), initial_state + h * state_floats, state_floats * sizeof(float));
-    } else {
-      std::fill(s.begin(), s.end(), 0.0f);
-    }
-    std::fill(z.begin(), z.end(), 0.0f);
-    std::fill(t.begin(), t.end(), 0.0f);
-    for (int d = 0; d < (dense_t ? dk : 0); ++d) t[int64_t{d} * dk + d] = 1.0f;
-    const int64_t chain_tokens = main_chain || zero_chain || dense_t ? shape.tokens : 0;
-    for (int64_t t0 = 0; t0 < chain_tokens; t0 += chunk) {
-      const int len = static_cast<int>(std::min<int64_t>(chunk, shape.tokens - t0));
-      kernel.Prepare(shape, in, t0, len, h, kh);
-      if (main_chain) {
-        float* o = out.o != nullptr ? out.o + (t0 * HV + h) * dv : nullptr;
-        kernel.Step(s.data(), o, int64_t{HV} * dv);
+  // Runs heads [h0, h1) with its own kernel and buffers.
+  auto run_heads = [&](int h0, int h1) {
+    ChunkKernel kernel(variant, shape, chunk);
+    // Advances `state` (with outputs into `o` when not nullptr) and/or `t` over all tokens.
+    auto advance = [&](int h, float* state, float* o, float* t) {
+      for (int64_t t0 = 0; t0 < shape.tokens; t0 += chunk) {
+        const int len = static_cast<int>(std::min<int64_t>(chunk, shape.tokens - t0));
+        kernel.Prepare(shape, in, t0, len, h, h / group);
+        if (state != nullptr) {
+          kernel.Step(state, o != nullptr ? o + t0 * HV * dv : nullptr, int64_t{HV} * dv);
+        }
+        if (t != nullptr) kernel.StepTransition(t);
       }
-      if (zero_chain) kernel.Step(z.data(), nullptr, 0);
-      if (dense_t) kernel.StepTransition(t.data());
-    }
-    if (out.final_state != nullptr) {
-      std::memcpy(out.final_state + h * state_floats, s.data(), state_floats * sizeof(float));
-    }
-    if (out.zero_state != nullptr) {
-      std::memcpy(out.zero_state + h * state_floats, zero_chain ? z.data() : s.data(),
-                  state_floats * sizeof(float));
-    }
-    if (out.transition != nullptr) {
+    };
+    std::vector<float> s(state_floats), t(dense_t ? t_floats : 0);
+    std::vector<double> log_sum_diag(kind == DecayKind::kDiag ? dk : 0);
+    for (int h = h0; h < h1; ++h) {
+      const float* init_h = init != nullptr ? init + h * state_floats : nullptr;
+      if (init_h != nullptr) {
+        std::memcpy(s.data(), init_h, state_floats * sizeof(float));
+      } else {
+        std::fill(s.begin(), s.end(), 0.0f);
+      }
+      std::fill(t.begin(), t.end(), 0.0f);
+      for (int d = 0; d < (dense_t ? dk : 0); ++d) t[int64_t{d} * dk + d] = 1.0f;
+      if (main_chain || dense_t) {
+        advance(h, main_chain ? s.data() : nullptr, out.o != nullptr ? out.o + h * dv : nullptr,
+                dense_t ? t.data() : nullptr);
+      }
       // The log forms are exact sums of g; no chain needed.
       double log_sum = 0.0;
       std::fill(log_sum_diag.begin(), log_sum_diag.end(), 0.0);
-      for (int64_t tok = 0; tok < shape.tokens && kind != DecayKind::kNone && !delta; ++tok) {
+      for (int64_t tok = 0; tok < (log_t ? shape.tokens : 0); ++tok) {
         if (kind == DecayKind::kScalar) {
           log_sum += in.g[tok * HV + h];
-        } else {
+        } else if (kind == DecayKind::kDiag) {
           for (int d = 0; d < dk; ++d) log_sum_diag[d] += in.g[(tok * HV + h) * dk + d];
         }
       }
-      std::copy(t.begin(), t.end(), t_out.begin());
-      WriteTransition(form, shape, h, t_out.data(), log_sum, log_sum_diag.data(), out.transition);
+      // Before final_state, which may alias the initial state.
+      if (out.zero_state != nullptr) {
+        float* z = out.zero_state + h * state_floats;
+        std::memcpy(z, s.data(), state_floats * sizeof(float));
+        if (zero_by_difference) {
+          SubtractTransitionTimesState(dense ? t.data() : nullptr, kind, log_sum,
+                                       log_sum_diag.data(), init_h, dk, dv, z);
+          // The difference cancels T S_init against S_out, so its error is about eps |T S_init|
+          // (plus T's own relative error times |T S_init|) against |S(C|0)|. Where T S_init
+          // outweighs S(C|0) the head runs the chain from zero instead; in a segment prefill T
+          // has long decayed the seam's state, so this is rare there.
+          double cancelled = 0.0, kept = 0.0;
+          for (int64_t i = 0; i < state_floats; ++i) {
+            const double d = double{s[i]} - z[i];
+            cancelled += d * d;
+            kept += double{z[i]} * z[i];
+          }
+          if (cancelled > kept) {
+            std::fill(z, z + state_floats, 0.0f);
+            advance(h, z, nullptr, nullptr);
+          }
+        }
+      }
+      if (out.final_state != nullptr) {
+        std::memcpy(out.final_state + h * state_floats, s.data(), state_floats * sizeof(float));
+      }
+      if (out.transition != nullptr) {
+        WriteTransition(form, shape, h, t.data(), log_sum, log_sum_diag.data(), out.transition);
+      }
+    }
+  };
+
+  const int threads = ChunkThreads(shape, chunk);
+  std::vector<std::thread> helpers;
+  auto head_split = [&](int i) { return static_cast<int>(int64_t{HV} * i / threads); };
+  for (int i = 1; i < threads; ++i) {
+    try {
+      helpers.emplace_back(run_heads, head_split(i), head_split(i + 1));
+    } catch (const std::system_error&) {
+      run_heads(head_split(i), head_split(i + 1));  // no thread to be had: run them here
     }
   }
+  run_heads(0, head_split(1));
+  for (std::thread& helper : helpers) helper.join();
   return Status::Ok();
 }
 
