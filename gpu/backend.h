@@ -50,6 +50,10 @@ class Stream {
   virtual int device() const = 0;
   // Blocks until all work queued so far is done.
   virtual Status Synchronize() = 0;
+  // The backend's native queue (a cudaStream_t for CUDA), for code under gpu/ that enqueues its
+  // own kernels or cuBLAS calls in this stream's order; nullptr for the CPU backend. The stream
+  // keeps ownership.
+  virtual void* native_handle() const { return nullptr; }
 };
 
 class Backend {

@@ -57,6 +57,7 @@ class CudaStreamImpl final : public Stream {
     return Status::Ok();
   }
   cudaStream_t get() const { return s_; }
+  void* native_handle() const override { return s_; }
 
  private:
   cudaStream_t s_;

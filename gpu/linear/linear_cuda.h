@@ -7,9 +7,9 @@
 // does every column of the dense T_C (the homogeneous recurrence), so one launch produces o,
 // the final state, S(C|0) and T_C together. Composition uses cuBLAS batched over heads.
 //
-// Ordering: each call first waits for the work already queued on `stream`, runs on the device
-// of `stream`, and is complete when it returns (gpu::Stream exposes no native handle to enqueue
-// on). Thread-safe: no shared state.
+// Ordering: each call enqueues its work on `stream` (Stream::native_handle) after the work
+// already queued there, on the device of `stream`, and is complete when it returns (it
+// synchronises the stream). Thread-safe: no shared state.
 #pragma once
 
 #include "core/status.h"

@@ -161,11 +161,10 @@ class CublasHandle {
   cublasHandle_t h_ = nullptr;
 };
 
-Status Prepare(gpu::Stream& stream) {
-  // gpu::Stream has no native handle: wait for its queued work, then run on the legacy stream.
-  HYPIC_RETURN_IF_ERROR(stream.Synchronize());
+// The CUDA stream of `stream` (work is enqueued in its order), on its device.
+Result<cudaStream_t> Prepare(gpu::Stream& stream) {
   HYPIC_CUDA_RETURN_IF_ERROR(cudaSetDevice(stream.device()));
-  return Status::Ok();
+  return static_cast<cudaStream_t>(stream.native_handle());
 }
 
 int Blocks(int64_t n) {
@@ -180,7 +179,7 @@ bool CudaKernelsBuilt() { return true; }
 Status CudaForward(Variant variant, const Shape& shape, const Inputs& in,
                    const float* initial_state, const Outputs& out, gpu::Stream& stream) {
   HYPIC_RETURN_IF_ERROR(Validate(variant, shape, in));
-  HYPIC_RETURN_IF_ERROR(Prepare(stream));
+  HYPIC_ASSIGN_OR_RETURN(cudaStream_t s, Prepare(stream));
   const TransitionForm form = TransitionFormOf(variant);
   const int64_t state_floats = static_cast<int64_t>(shape.value_heads) * shape.dk * shape.dv;
   const bool zero_chain = out.zero_state != nullptr && initial_state != nullptr;
@@ -208,19 +207,19 @@ Status CudaForward(Variant variant, const Shape& shape, const Inputs& in,
   const int ncols = shape.dv + (zero_chain ? shape.dv : 0) + (dense_t ? shape.dk : 0);
   const dim3 grid(shape.value_heads, (ncols + kThreads - 1) / kThreads);
   const size_t smem = 3 * static_cast<size_t>(shape.dk) * sizeof(float);
-  ForwardColumnsKernel<<<grid, kThreads, smem>>>(p);
+  ForwardColumnsKernel<<<grid, kThreads, smem, s>>>(p);
   HYPIC_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (out.zero_state != nullptr && !zero_chain) {
-    HYPIC_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(out.zero_state, state, state_floats * sizeof(float), cudaMemcpyDeviceToDevice));
+    HYPIC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.zero_state, state, state_floats * sizeof(float),
+                                               cudaMemcpyDeviceToDevice, s));
   }
   if (out.transition != nullptr && !dense_t && form != TransitionForm::kIdentity) {
     const int per = form == TransitionForm::kDiagLog ? shape.dk : 1;
-    LogSumKernel<<<Blocks(int64_t{shape.value_heads} * per), 256>>>(
+    LogSumKernel<<<Blocks(int64_t{shape.value_heads} * per), 256, 0, s>>>(
         in.g, shape.tokens, shape.value_heads, per, out.transition);
     HYPIC_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
-  HYPIC_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  HYPIC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
   return Status::Ok();
 }
 
@@ -228,29 +227,32 @@ Status CudaApplySegments(TransitionForm form, const Shape& shape, int count,
                          const float* const* transitions, const float* const* zero_states,
                          float* state, gpu::Stream& stream) {
   HYPIC_RETURN_IF_ERROR(ValidateShape(shape));
-  HYPIC_RETURN_IF_ERROR(Prepare(stream));
+  HYPIC_ASSIGN_OR_RETURN(cudaStream_t s, Prepare(stream));
   const int HV = shape.value_heads, dk = shape.dk, dv = shape.dv;
   const int64_t state_floats = static_cast<int64_t>(HV) * dk * dv;
   if (form != TransitionForm::kDense) {
     for (int i = 0; i < count; ++i) {
-      LogApplyKernel<<<Blocks(state_floats), 256>>>(form, transitions[i], zero_states[i], state, HV,
-                                                    dk, dv);
+      LogApplyKernel<<<Blocks(state_floats), 256, 0, s>>>(form, transitions[i], zero_states[i],
+                                                          state, HV, dk, dv);
       HYPIC_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     }
-    HYPIC_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    HYPIC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
     return Status::Ok();
   }
   DeviceScratch scratch;
   HYPIC_RETURN_IF_ERROR(scratch.Allocate(state_floats));
   CublasHandle handle;
   HYPIC_RETURN_IF_ERROR(handle.Create());
+  if (const cublasStatus_t cs = cublasSetStream(handle.get(), s); cs != CUBLAS_STATUS_SUCCESS) {
+    return DeviceError("cublasSetStream failed with status " + std::to_string(cs));
+  }
   float* cur = state;
   float* next = scratch.get();
   const float one = 1.0f;
   for (int i = 0; i < count; ++i) {
     // next = S_zero_i, then next += T_i cur: row-major T S is column-major S^T T^T.
-    HYPIC_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(next, zero_states[i], state_floats * sizeof(float), cudaMemcpyDeviceToDevice));
+    HYPIC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(next, zero_states[i], state_floats * sizeof(float),
+                                               cudaMemcpyDeviceToDevice, s));
     const cublasStatus_t cs = cublasSgemmStridedBatched(
         handle.get(), CUBLAS_OP_N, CUBLAS_OP_N, dv, dk, dk, &one, cur, dv,
         static_cast<long long>(dk) * dv, transitions[i], dk, static_cast<long long>(dk) * dk, &one,
@@ -262,9 +264,9 @@ Status CudaApplySegments(TransitionForm form, const Shape& shape, int count,
   }
   if (cur != state) {
     HYPIC_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(state, cur, state_floats * sizeof(float), cudaMemcpyDeviceToDevice));
+        cudaMemcpyAsync(state, cur, state_floats * sizeof(float), cudaMemcpyDeviceToDevice, s));
   }
-  HYPIC_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  HYPIC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
   return Status::Ok();
 }
 
