@@ -3,13 +3,13 @@
 // cold path of a COMPOSE request: its missing segments are scattered over the MissScheduler's
 // workers (single-flight, LPT), every entry streams to this thread as soon as it is done, and
 // the combine folds the prompt in order while the rest still computes (streamed combine), so
-// that after the last entry only the last fold step and the suffix remain.
+// that after the last entry only the last fold steps and the suffix remain.
 //
 // Fold steps (gpu/runtime/fold.h): the prompt is cut into groups of parts fixed by the prompt
-// alone, each folded with Model::ComposeAfter once its entries are there. As the cuts do not
-// depend on arrival times or on the worker count, the logits are bitwise the same for any
-// number of workers and any timing (at the same BLAS thread budget), and within float rounding
-// of a one-shot Compose.
+// alone, each folded with Model::ComposeAfter once its entries are there (and, by the
+// FoldPolicy, a worker is idle). As the cuts do not depend on arrival times or on the worker
+// count, the logits are bitwise the same for any number of workers and any timing (at the
+// same BLAS thread budget), and within float rounding of a one-shot Compose.
 //
 // Thread-safety: the functions are thread-safe; the model is shared (immutable) and every job
 // keeps it alive.
