@@ -56,8 +56,10 @@ HYPIC_HD_INLINE float FastExp(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const int32_t bits = (FloatBits(t) - 0x4B400000 + 127) * (1 << 23);  // 2^n, n in [-126, 127]
-  return p * BitsFloat(bits);
+  // 2^n, n in [-126, 127], built in the exponent field. The shift is unsigned so that a NaN
+  // (whose bits leave that range) gives garbage scale bits, not signed overflow; p is NaN then.
+  const auto exponent = static_cast<uint32_t>(FloatBits(t) - 0x4B400000 + 127);
+  return p * BitsFloat(static_cast<int32_t>(exponent << 23));
 }
 HYPIC_HD_INLINE float Sigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
 HYPIC_HD_INLINE float Silu(float x) { return x / (1.0f + FastExp(-x)); }
