@@ -21,6 +21,8 @@ namespace hypic::runtime {
 // cores (docs/benchmarks.md, issue 7), kWhenIdle is the best: it folds in the slack of the
 // worker that finishes first, while kEager's steps slow the workers down by more than the
 // steps save; kEager is for a combine with a core (or device) of its own, e.g. GPU workers.
+// A folded prompt rounds differently from a one-shot Compose (< 1e-5 relative), which is what
+// a request without misses runs, so only kAtEnd gives bitwise the logits of the warm path.
 enum class FoldPolicy : uint8_t {
   // Each group as soon as its entries are there, competing with the workers for the cores.
   kEager = 0,

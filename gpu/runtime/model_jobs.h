@@ -48,15 +48,17 @@ struct ColdComposeReport {
 
 // Fills the entry of every segment part that has none and is longer than the seam (the misses;
 // hits arrive with their entry from the store) and composes, folding by `fold` (a request
-// without misses composes at once). The combine runs on the calling thread with a CPU
-// worker's compute budget (ScopedComputeThreads). kBadRequest for
-// kOracle (oracle entries depend on their context and cannot be scattered) or when the segment
-// options' seam differs from the compose options'; the scheduler's errors otherwise (kBusy,
-// kComputeFailed, kDeadlineExceeded, ...).
+// without misses composes at once). The default, kAtEnd, composes exactly as a warm request
+// does, so a prompt's logits are bitwise the same cold and warm (hypicd's end-to-end tests
+// check that); kWhenIdle is the faster cold path (fold.h) and rounds differently (< 1e-5). The
+// combine runs on the calling thread with a CPU worker's compute budget (ScopedComputeThreads).
+// kBadRequest for kOracle (oracle entries depend on their context and cannot be scattered) or when
+// the segment options' seam differs from the compose options'; the scheduler's errors otherwise
+// (kBusy, kComputeFailed, kDeadlineExceeded, ...).
 Result<model::ComposeResult> ColdCompose(
     MissScheduler& scheduler, const std::shared_ptr<const model::Model>& model,
     std::vector<model::ComposePart> parts, const model::ComposeOptions& options,
     const model::SegmentOptions& segment_options, Clock::time_point deadline,
-    ColdComposeReport* report = nullptr, FoldPolicy fold = FoldPolicy::kWhenIdle);
+    ColdComposeReport* report = nullptr, FoldPolicy fold = FoldPolicy::kAtEnd);
 
 }  // namespace hypic::runtime

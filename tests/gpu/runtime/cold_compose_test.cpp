@@ -183,7 +183,8 @@ TEST_CASE("the streamed combine returns the composed state; a warm request compo
   auto expect = m->Compose(direct, with_state);
   REQUIRE_OK(expect);
   ColdComposeReport report;
-  auto cold = ColdCompose(rig.scheduler, m, prompt, with_state, Seg(), Clock::now() + 60s, &report);
+  auto cold = ColdCompose(rig.scheduler, m, prompt, with_state, Seg(), Clock::now() + 60s, &report,
+                          FoldPolicy::kWhenIdle);
   REQUIRE_OK(cold);
   CHECK(report.fold_steps == 3);
   CHECK(cold->state.n_positions == tokens);
