@@ -6,7 +6,7 @@
 //     connections (one blocking client thread per connection, closed loop);
 //   - HAS probes/s for batches of 64 keys (half present), against Redis's EXISTS k1..k64;
 //   - for both, the CPU time per operation of the server process and of the client threads,
-//     which hardly moves with other load on the machine (throughput on a shared machine does).
+//     which moves far less with other load on the machine than throughput does.
 // Both are driven by minimal blocking clients written here (Lean for hypicd, Resp for Redis:
 // GET, SET, EXISTS) that read replies straight into reused buffers, as a tuned client would;
 // Lean also verifies every reply's body checksum as the bytes arrive. hypic::client only
@@ -398,8 +398,8 @@ struct Point {
   int size_mib = 0;
   int conns = 0;
   double ops_per_s = 0, gb_per_s = 0, p50_ms = 0, p99_ms = 0;
-  // CPU time per operation: the server process's, and the client threads' together. Unlike
-  // throughput, these hardly move with other load on the machine.
+  // CPU time per operation: the server process's, and the client threads' together. These
+  // move far less than throughput with other load on the machine.
   double server_cpu_us = 0, client_cpu_us = 0;
   uint64_t errors = 0;
 };
