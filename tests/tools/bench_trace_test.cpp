@@ -51,6 +51,9 @@ TEST_CASE("hypic-bench trace: four modes side by side on a live daemon") {
     CHECK(m["requests"] == 13);  // 16 minus 3 warm-up
     CHECK(m["failed"] == 0);
     CHECK(m["ttft_s"]["p50"].get<double>() > 0);
+    // The daemon's own time is part of the TTFT (which adds the queueing and the wire).
+    CHECK(m["service_s"]["p50"].get<double>() > 0);
+    CHECK(m["service_s"]["p50"].get<double>() <= m["ttft_s"]["max"].get<double>());
     CHECK(m["prompt_tokens"].get<uint64_t>() > 0);
     // The measured run is the first SLO probe; one more ran on a fresh window of requests.
     REQUIRE(m["probes"].size() == 2);

@@ -216,6 +216,7 @@ ModeRun FakeRun(std::string mode, double scale, double sustainable) {
   m.offered_qps = 0.5;
   m.wall_s = 10;
   for (int i = 1; i <= 20; ++i) m.ttft_s.push_back(scale * i);
+  for (int i = 1; i <= 20; ++i) m.service_s.push_back(scale * 0.5 * i);
   m.parts = {{"hit:host", 30}, {"miss", 10}, {"live", 40}};
   m.prompt_tokens = 1000;
   m.reused_tokens = 600;
@@ -244,13 +245,14 @@ TEST_CASE("report: table rows, ratios, and a JSON document that parses back") {
   CHECK(table.find("prefix") != std::string::npos);
   CHECK(table.find("hit:host=30") != std::string::npos);
   CHECK(table.find("75.0%") != std::string::npos);  // 30 hits of 40 segment parts
-  CHECK(table.find("p50 TTFT 3.00x lower") != std::string::npos);
+  CHECK(table.find("p50 TTFT 3.00x lower (service p50 3.00x)") != std::string::npos);
   CHECK(table.find("sustainable QPS 2.00x higher") != std::string::npos);
 
   const auto j = nlohmann::json::parse(ToJson(r).dump());
   REQUIRE(j["modes"].size() == 2);
   CHECK(j["modes"][1]["mode"] == "hypic");
   CHECK(j["modes"][1]["ttft_s"]["p50"].get<double>() == doctest::Approx(1.05));
+  CHECK(j["modes"][1]["service_s"]["p50"].get<double>() == doctest::Approx(0.525));
   CHECK(j["modes"][1]["probes"][1]["p99_s"].is_null());  // inf is not JSON
   CHECK(j["modes"][0]["ttft_cdf"].size() == 20);
 }

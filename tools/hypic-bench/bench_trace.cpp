@@ -174,10 +174,9 @@ std::vector<std::string> SplitModes(const std::string& text) {
 }
 
 // Runs requests [first, first + n) of `trace` open loop, their arrivals shifted so the first
-// one is due at once, and fills `run` (timings, outcomes). Returns the mean of the daemon's
-// service times over the completed requests (0 when none completed).
-double RunWindow(ModeTarget& target, const Trace& trace, size_t first, size_t n, size_t workers,
-                 double abort_after_s, ModeRun* run) {
+// one is due at once, and fills `run` (timings, service times, outcomes).
+void RunWindow(ModeTarget& target, const Trace& trace, size_t first, size_t n, size_t workers,
+               double abort_after_s, ModeRun* run) {
   std::vector<double> schedule(n);
   const double t0 = trace.requests[first].arrival_s;
   for (size_t i = 0; i < n; ++i) schedule[i] = trace.requests[first + i].arrival_s - t0;
@@ -188,16 +187,14 @@ double RunWindow(ModeTarget& target, const Trace& trace, size_t first, size_t n,
       });
   run->offered_qps = trace.config.qps;
   run->ttft_s.clear();
+  run->service_s.clear();
   double last_done = 0;
-  double service_sum = 0;
-  size_t completed = 0;
   Status first_error;
   for (size_t i = 0; i < n; ++i) {
     run->ttft_s.push_back(timings[i].Latency());
     if (timings[i].completed) {
       last_done = std::max(last_done, timings[i].done_s);
-      service_sum += outcomes[i].service_s;
-      ++completed;
+      run->service_s.push_back(outcomes[i].service_s);
     }
     if (!timings[i].status.ok() && first_error.ok()) first_error = timings[i].status;
     const Outcome& o = outcomes[i];
@@ -213,7 +210,6 @@ double RunWindow(ModeTarget& target, const Trace& trace, size_t first, size_t n,
   }
   run->wall_s = last_done;
   run->Finish();
-  return completed == 0 ? 0.0 : service_sum / static_cast<double>(completed);
 }
 
 // How the trace's requests are used: warm-up, the measured run, then SLO probe windows of
@@ -249,8 +245,8 @@ Result<ModeRun> RunMode(const Options& opts, const std::string& mode, Trace& tra
     }
   }
   const double abort_after = opts.slo_ms > 0 ? 10 * opts.slo_ms / 1000.0 : 0.0;
-  const double service_s =
-      RunWindow(target, trace, w.warm, w.measured, opts.workers, abort_after, &run);
+  RunWindow(target, trace, w.warm, w.measured, opts.workers, abort_after, &run);
+  const double service_s = run.service.count > 0 ? run.service.mean : 0.0;
   fmt::print(stderr,
              "hypic-bench trace: {:<6} p50 {:.0f} ms, p99 {:.0f} ms at {:.3g} qps (mean service "
              "{:.0f} ms)\n",
@@ -315,10 +311,14 @@ std::string Machine() {
   return fmt::format("{} cores, {:.0f} GiB RAM, CPU only", cores, mem);
 }
 
-// The daemon's prefix-cache counters (STATS), when an admin connection can read them.
-std::optional<nlohmann::json> PrefixCacheStats(client::Client* admin) {
-  if (admin == nullptr) return std::nullopt;
-  auto stats = admin->Stats();
+// The daemon's prefix-cache counters (STATS), read on a connection of their own (a long run
+// outlasts the daemon's idle timeout); nullopt without admin rights.
+std::optional<nlohmann::json> PrefixCacheStats(const ConnectionOptions& conn) {
+  auto admin = ConnectDaemon(conn, "hypic-bench-trace", false);
+  if (!admin.ok() || !(*admin)->hello_reply() || !(*admin)->hello_reply()->admin) {
+    return std::nullopt;
+  }
+  auto stats = (*admin)->Stats();
   if (!stats.ok()) return std::nullopt;
   auto j = nlohmann::json::parse(*stats, nullptr, false);
   if (j.is_discarded() || !j.contains("prefix_cache")) return std::nullopt;
@@ -355,22 +355,21 @@ int Run(const Options& opts) {
       return kExitBadInput;
     }
   }
-  auto connected = ConnectDaemon(opts.conn, "hypic-bench-trace", false);
-  if (!connected.ok()) {
-    return ReportFailure("hypic-bench trace", opts.conn, "connect", connected.status(),
-                         FailurePhase::kConnect);
-  }
-  // An admin connection reads how many compute passes the daemon runs at once (CONFIG) and
-  // the prefix cache's counters (STATS); without admin rights both are left out.
-  client::Client* admin = nullptr;
-  if ((*connected)->hello_reply() && (*connected)->hello_reply()->admin) admin = connected->get();
+  // How many compute passes the daemon runs at once (CONFIG, with admin rights; else 1).
   size_t compute_slots = 1;
-  if (admin != nullptr) {
-    auto config = admin->Config();
-    if (config.ok()) {
-      auto j = nlohmann::json::parse(*config, nullptr, false);
-      if (!j.is_discarded() && j.contains("compute_workers")) {
-        compute_slots = std::stoul(j["compute_workers"].get<std::string>());
+  {
+    auto admin = ConnectDaemon(opts.conn, "hypic-bench-trace", false);
+    if (!admin.ok()) {
+      return ReportFailure("hypic-bench trace", opts.conn, "connect", admin.status(),
+                           FailurePhase::kConnect);
+    }
+    if ((*admin)->hello_reply() && (*admin)->hello_reply()->admin) {
+      auto config = (*admin)->Config();
+      if (config.ok()) {
+        auto j = nlohmann::json::parse(*config, nullptr, false);
+        if (!j.is_discarded() && j.contains("compute_workers")) {
+          compute_slots = std::stoul(j["compute_workers"].get<std::string>());
+        }
       }
     }
   }
@@ -395,13 +394,13 @@ int Run(const Options& opts) {
       return ReportFailure("hypic-bench trace", opts.conn, "connect", target.status(),
                            FailurePhase::kConnect);
     }
-    const auto before = mode == "prefix" ? PrefixCacheStats(admin) : std::nullopt;
+    const auto before = mode == "prefix" ? PrefixCacheStats(opts.conn) : std::nullopt;
     auto run = RunMode(opts, mode, *trace, **target, compute_slots);
     if (!run.ok()) {
       fmt::print(stderr, "hypic-bench trace: {}: {}\n", mode, run.status().ToString());
       return kExitFailure;
     }
-    if (const auto after = PrefixCacheStats(admin); before && after) {
+    if (const auto after = before ? PrefixCacheStats(opts.conn) : std::nullopt; after) {
       run->note = PrefixNote(*before, *after);
     }
     report.modes.push_back(std::move(run).value());

@@ -88,6 +88,7 @@ std::string GnuplotHeader(const std::string& png, const std::string& title) {
 
 void ModeRun::Finish() {
   ttft = SummarizeLatencies(ttft_s);
+  if (!service_s.empty()) service = SummarizeLatencies(service_s);
   const size_t completed = ttft.count - ttft.failed;
   throughput_rps = wall_s > 0 ? static_cast<double>(completed) / wall_s : 0.0;
 }
@@ -106,16 +107,17 @@ std::string RenderTable(const TraceReport& report) {
       report.trace.n_requests, report.warmup_requests, report.prewarm ? ", corpus prewarmed" : "",
       report.trace.n_docs, report.trace.docs_min, report.trace.docs_max, report.trace.zipf_alpha,
       report.trace.new_doc_share, report.trace.seed);
-  out += fmt::format("{:<8} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10} {:>10}\n", "mode",
-                     "qps", "p50 ms", "p90 ms", "p99 ms", "req/s", "hit", "reuse", "MiB moved",
-                     report.slo_s > 0 ? "sust. qps" : "");
+  out += fmt::format("{:<8} {:>7} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>8} {:>10} {:>10}\n",
+                     "mode", "qps", "p50 ms", "p90 ms", "p99 ms", "svc p50 ms", "req/s", "hit",
+                     "reuse", "MiB moved", report.slo_s > 0 ? "sust. qps" : "");
   for (const auto& m : report.modes) {
     const double mib = static_cast<double>(m.bytes_sent + m.bytes_received) / (1 << 20);
-    out += fmt::format("{:<8} {:>7.3g} {:>9} {:>9} {:>9} {:>8.3f} {:>8} {:>8} {:>10.1f} {:>10}\n",
-                       m.mode, m.offered_qps, Ms(m.ttft.p50), Ms(m.ttft.p90), Ms(m.ttft.p99),
-                       m.throughput_rps, Percent(Hits(m), SegmentParts(m)),
-                       Percent(m.reused_tokens, m.prompt_tokens), mib,
-                       m.sustainable_qps >= 0 ? fmt::format("{:.3g}", m.sustainable_qps) : "");
+    out += fmt::format(
+        "{:<8} {:>7.3g} {:>9} {:>9} {:>9} {:>10} {:>8.3f} {:>8} {:>8} {:>10.1f} {:>10}\n", m.mode,
+        m.offered_qps, Ms(m.ttft.p50), Ms(m.ttft.p90), Ms(m.ttft.p99),
+        m.service.count ? Ms(m.service.p50) : "-", m.throughput_rps,
+        Percent(Hits(m), SegmentParts(m)), Percent(m.reused_tokens, m.prompt_tokens), mib,
+        m.sustainable_qps >= 0 ? fmt::format("{:.3g}", m.sustainable_qps) : "");
   }
   for (const auto& m : report.modes) {
     std::string tiers;
@@ -129,6 +131,9 @@ std::string RenderTable(const TraceReport& report) {
       std::isfinite(hypic->ttft.p50) && std::isfinite(prefix->ttft.p50)) {
     out += fmt::format("\nhypic vs prefix: p50 TTFT {:.2f}x lower",
                        prefix->ttft.p50 / hypic->ttft.p50);
+    if (hypic->service.count > 0 && prefix->service.count > 0 && hypic->service.p50 > 0) {
+      out += fmt::format(" (service p50 {:.2f}x)", prefix->service.p50 / hypic->service.p50);
+    }
     if (hypic->sustainable_qps >= 0 && prefix->sustainable_qps > 0) {
       out += fmt::format(", sustainable QPS {:.2f}x higher",
                          hypic->sustainable_qps / prefix->sustainable_qps);
@@ -175,6 +180,10 @@ nlohmann::json ToJson(const TraceReport& report) {
                     {"p99", JsonSeconds(m.ttft.p99)},
                     {"mean", JsonSeconds(m.ttft.mean)},
                     {"max", JsonSeconds(m.ttft.max)}};
+    if (m.service.count > 0) {
+      mj["service_s"] = {{"p50", JsonSeconds(m.service.p50)},
+                         {"mean", JsonSeconds(m.service.mean)}};
+    }
     mj["throughput_rps"] = m.throughput_rps;
     mj["parts"] = m.parts;
     mj["prompt_tokens"] = m.prompt_tokens;
@@ -203,17 +212,17 @@ Status WriteCsv(const TraceReport& report, const std::filesystem::path& dir) {
   if (ec) return IoError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
   std::string summary =
       "mode,offered_qps,requests,failed,p50_s,p90_s,p99_s,mean_s,throughput_rps,hit_rate,"
-      "token_reuse,bytes_sent,bytes_received,sustainable_qps\n";
+      "token_reuse,bytes_sent,bytes_received,sustainable_qps,service_p50_s\n";
   std::string ttft = "mode,request,ttft_s\n";
   std::string qps = "mode,qps,p99_s,meets_slo\n";
   for (const auto& m : report.modes) {
     const uint64_t segs = SegmentParts(m);
-    summary +=
-        fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", m.mode, m.offered_qps,
-                    m.ttft.count, m.ttft.failed, m.ttft.p50, m.ttft.p90, m.ttft.p99, m.ttft.mean,
-                    m.throughput_rps, segs ? static_cast<double>(Hits(m)) / segs : 0.0,
-                    m.prompt_tokens ? static_cast<double>(m.reused_tokens) / m.prompt_tokens : 0.0,
-                    m.bytes_sent, m.bytes_received, m.sustainable_qps);
+    summary += fmt::format(
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", m.mode, m.offered_qps, m.ttft.count,
+        m.ttft.failed, m.ttft.p50, m.ttft.p90, m.ttft.p99, m.ttft.mean, m.throughput_rps,
+        segs ? static_cast<double>(Hits(m)) / segs : 0.0,
+        m.prompt_tokens ? static_cast<double>(m.reused_tokens) / m.prompt_tokens : 0.0,
+        m.bytes_sent, m.bytes_received, m.sustainable_qps, m.service.count ? m.service.p50 : 0.0);
     for (size_t i = 0; i < m.ttft_s.size(); ++i)
       ttft += fmt::format("{},{},{}\n", m.mode, i, m.ttft_s[i]);
     for (const auto& p : m.probes) {

@@ -24,6 +24,10 @@ struct ModeRun {
   double wall_s = 0;
   std::vector<double> ttft_s;  // one per measured request; +inf when it did not complete
   LatencySummary ttft;
+  // The daemon's own time per completed request (its reply's total_us): the TTFT without the
+  // queueing before a compute worker took the request, so a loaded run shows what is queueing.
+  std::vector<double> service_s;
+  LatencySummary service;
   double throughput_rps = 0;  // completed requests / wall time
   // Part outcomes over the measured requests, as the daemon reports them: "hit:hbm",
   // "hit:host", "hit:ssd", "miss", "live" (raw parts, and every part of mode full); for
@@ -36,7 +40,7 @@ struct ModeRun {
   std::vector<QpsProbe> probes;  // the SLO search, in order
   double sustainable_qps = -1;   // < 0: not searched
 
-  // Fills ttft and throughput_rps from ttft_s and wall_s.
+  // Fills ttft, service and throughput_rps from ttft_s, service_s and wall_s.
   void Finish();
 };
 
