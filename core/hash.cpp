@@ -1,6 +1,17 @@
 #include "core/hash.h"
 
+// See hash.h: the inline build of xxh3 runs with this build's -march.
+#define XXH_INLINE_ALL
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12 reports its own AVX-512 intrinsics (_mm512_undefined) as (maybe-)uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <xxhash.h>
+#pragma GCC diagnostic pop
+#else
+#include <xxhash.h>
+#endif
 
 #include <bit>
 #include <cstring>
@@ -61,13 +72,26 @@ Hash128 Xxh3_128(const void* data, size_t size) {
   return Hash128{h.low64, h.high64};
 }
 
-Xxh3_128Stream::Xxh3_128Stream() : state_(XXH3_createState()) {
-  XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_));
-}
-Xxh3_128Stream::~Xxh3_128Stream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+namespace {
 
+static_assert(sizeof(XXH3_state_t) <= sizeof(Xxh3State) && alignof(XXH3_state_t) <= 64);
+
+XXH3_state_t* State(Xxh3State& s) { return reinterpret_cast<XXH3_state_t*>(s.bytes.data()); }
+const XXH3_state_t* State(const Xxh3State& s) {
+  return reinterpret_cast<const XXH3_state_t*>(s.bytes.data());
+}
+
+}  // namespace
+
+Xxh3_64Stream::Xxh3_64Stream() { XXH3_64bits_reset(State(state_)); }
+void Xxh3_64Stream::Update(const void* data, size_t size) {
+  XXH3_64bits_update(State(state_), data, size);
+}
+uint64_t Xxh3_64Stream::Digest() const { return XXH3_64bits_digest(State(state_)); }
+
+Xxh3_128Stream::Xxh3_128Stream() { XXH3_128bits_reset(State(state_)); }
 void Xxh3_128Stream::Update(const void* data, size_t size) {
-  XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), data, size);
+  XXH3_128bits_update(State(state_), data, size);
 }
 void Xxh3_128Stream::UpdateU32(uint32_t v) { Update(&v, 4); }
 void Xxh3_128Stream::UpdateU64(uint64_t v) { Update(&v, 8); }
@@ -77,7 +101,7 @@ void Xxh3_128Stream::UpdateString(std::string_view s) {
 }
 
 Hash128 Xxh3_128Stream::Digest() const {
-  XXH128_hash_t h = XXH3_128bits_digest(static_cast<XXH3_state_t*>(state_));
+  XXH128_hash_t h = XXH3_128bits_digest(State(state_));
   return Hash128{h.low64, h.high64};
 }
 

@@ -1,7 +1,13 @@
 // Hash128 and the xxh3 helpers every layer uses: SegmentKey and the model fingerprint are
-// Hash128 values; entry and tensor checksums are xxh3-64. Thread-safe (pure functions).
+// Hash128 values; entry, tensor and protocol body checksums are xxh3-64. The functions are
+// thread-safe (pure); the streaming hashers are values owned by one thread.
+//
+// xxh3 is compiled into hash.cpp from Debian's xxhash.h (XXH_INLINE_ALL) rather than called in
+// libxxhash: the shared library is built for baseline x86-64 (SSE2) and hashes about 4x slower
+// than the same code built with this build's -march (AVX2/AVX-512). The values are identical.
 #pragma once
 
+#include <array>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
@@ -38,13 +44,28 @@ uint64_t Xxh3_64(std::span<const std::byte> bytes);
 uint64_t Xxh3_64(const void* data, size_t size);
 Hash128 Xxh3_128(const void* data, size_t size);
 
-// Streaming xxh3-128 (for fingerprints over many tensors). Not thread-safe.
+// The xxh3 state of the streaming hashers, kept inline (no allocation) and opaque so this
+// header does not pull in xxhash.h; hash.cpp checks the size and alignment.
+struct alignas(64) Xxh3State {
+  std::array<std::byte, 576> bytes;
+};
+
+// Streaming xxh3-64: Update with pieces split anywhere; Digest() equals Xxh3_64 of their
+// concatenation. For checksums verified as bytes arrive. A value type; not thread-safe.
+class Xxh3_64Stream {
+ public:
+  Xxh3_64Stream();
+  void Update(const void* data, size_t size);
+  uint64_t Digest() const;
+
+ private:
+  Xxh3State state_;
+};
+
+// Streaming xxh3-128 (for fingerprints over many tensors). A value type; not thread-safe.
 class Xxh3_128Stream {
  public:
   Xxh3_128Stream();
-  ~Xxh3_128Stream();
-  Xxh3_128Stream(const Xxh3_128Stream&) = delete;
-  Xxh3_128Stream& operator=(const Xxh3_128Stream&) = delete;
 
   void Update(const void* data, size_t size);
   void UpdateU32(uint32_t v);             // little-endian
@@ -53,7 +74,7 @@ class Xxh3_128Stream {
   Hash128 Digest() const;
 
  private:
-  void* state_;  // XXH3_state_t, kept out of the header
+  Xxh3State state_;
 };
 
 }  // namespace hypic

@@ -1,21 +1,5 @@
 #include "protocol/frame.h"
 
-// Inlined so xxh3 is compiled with this build's -march (AVX2/AVX-512 where present): Debian's
-// libxxhash is built for baseline x86-64 (SSE2) and hashes about 4x slower, which made body
-// verification the largest cost of a MiB-sized GET. Also gives XXH3_state_t (no allocation
-// per checksum).
-#define XXH_INLINE_ALL
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12 reports its own AVX-512 intrinsics (_mm512_undefined) as (maybe-)uninitialized.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <xxhash.h>
-#pragma GCC diagnostic pop
-#else
-#include <xxhash.h>
-#endif
-
 #include <bit>
 #include <cstring>
 
@@ -70,32 +54,25 @@ uint32_t Crc32(ByteSpan bytes, uint32_t crc) {
 
 uint64_t BodyChecksum(ChecksumKind kind, ByteSpan ext, ByteSpan body) {
   // One-shot xxh3 is faster than the streaming state for small bodies.
-  if (kind == ChecksumKind::kXxh3_64 && ext.empty()) return XXH3_64bits(body.data(), body.size());
+  if (kind == ChecksumKind::kXxh3_64 && ext.empty()) return Xxh3_64(body);
   BodyHasher h(kind);
   h.Update(ext);
   h.Update(body);
   return h.Digest();
 }
 
-BodyHasher::BodyHasher(ChecksumKind kind) : kind_(kind) {
-  static_assert(sizeof(XXH3_state_t) <= sizeof(xxh3_state_) && alignof(XXH3_state_t) <= 64);
-  if (kind_ != ChecksumKind::kCrc32) {
-    XXH3_64bits_reset(reinterpret_cast<XXH3_state_t*>(xxh3_state_.data()));
-  }
-}
+BodyHasher::BodyHasher(ChecksumKind kind) : kind_(kind) {}
 
 void BodyHasher::Update(ByteSpan bytes) {
   if (kind_ == ChecksumKind::kCrc32) {
     crc_ = Crc32(bytes, crc_);
   } else {
-    XXH3_64bits_update(reinterpret_cast<XXH3_state_t*>(xxh3_state_.data()), bytes.data(),
-                       bytes.size());
+    xxh3_.Update(bytes.data(), bytes.size());
   }
 }
 
 uint64_t BodyHasher::Digest() const {
-  if (kind_ == ChecksumKind::kCrc32) return crc_;
-  return XXH3_64bits_digest(reinterpret_cast<const XXH3_state_t*>(xxh3_state_.data()));
+  return kind_ == ChecksumKind::kCrc32 ? crc_ : xxh3_.Digest();
 }
 
 std::string_view OpcodeName(Opcode op) {

@@ -113,8 +113,7 @@ class BodyHasher {
  private:
   ChecksumKind kind_;
   uint32_t crc_ = 0;
-  // XXH3_state_t, kept opaque so this header does not pull in xxhash.h (checked in frame.cpp).
-  alignas(64) std::array<std::byte, 576> xxh3_state_;
+  Xxh3_64Stream xxh3_;
 };
 
 // Writes the 64 header bytes, including the reserved zeros and the header CRC.

@@ -1,7 +1,9 @@
 #include "core/hash.h"
 
 #include <doctest/doctest.h>
+#include <xxhash.h>  // Debian's libxxhash, the independent reference for our inline build
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <unordered_set>
@@ -81,6 +83,33 @@ TEST_CASE("streaming helpers: u32/u64 little-endian, strings length-prefixed") {
   CHECK(manual.Digest() == helper.Digest());
   // Digest does not consume the state.
   CHECK(helper.Digest() == helper.Digest());
+}
+
+TEST_CASE("the inline xxh3 build equals Debian's libxxhash, one-shot and streamed") {
+  std::vector<unsigned char> data((1 << 20) + 129);
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (auto& b : data) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    b = static_cast<unsigned char>(x);
+  }
+  // Every length up to 2 KiB crosses xxh3's short-input, mid-size and striped code paths.
+  for (size_t n = 0; n <= 2048; ++n) {
+    CAPTURE(n);
+    REQUIRE(Xxh3_64(data.data(), n) == XXH3_64bits(data.data(), n));
+    const XXH128_hash_t ref = XXH3_128bits(data.data(), n);
+    const Hash128 got = Xxh3_128(data.data(), n);
+    REQUIRE(got.lo == ref.low64);
+    REQUIRE(got.hi == ref.high64);
+  }
+  CHECK(Xxh3_64(data.data(), data.size()) == XXH3_64bits(data.data(), data.size()));
+  for (size_t piece : {size_t{1}, size_t{63}, size_t{4096}, size_t{256 << 10}}) {
+    CAPTURE(piece);
+    Xxh3_64Stream s;
+    for (size_t at = 0; at < data.size(); at += piece) {
+      s.Update(data.data() + at, std::min(piece, data.size() - at));
+    }
+    CHECK(s.Digest() == XXH3_64bits(data.data(), data.size()));
+  }
 }
 
 }  // namespace
