@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "core/logging.h"
+#include "gpu/model/cpu_kernels.h"
 #include "gpu/runtime/model_jobs.h"
 #include "server/session.h"
 #include "storage/entry_format.h"
@@ -115,6 +116,10 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
     auto pool = runtime::WorkerPool::Create(po);
     if (!pool.ok()) return pool.status().WithContext("config key 'prefill_workers'");
     s->pool_ = std::move(pool).value();
+    // Every pass in the daemon (warm COMPOSE, prefix mode, PREFILL) gets one worker's share of
+    // the cores, as the pool gave OpenBLAS: ParallelFor threads beyond OpenBLAS's made a
+    // compose 2.3x slower (docs/benchmarks.md, issue 7).
+    if (s->pool_->cpu_budget() > 0) model::SetComputeThreads(s->pool_->cpu_budget());
     s->transport_ = std::make_unique<runtime::HostTransport>();
     // The prior assumes 50 GFLOP/s per worker; measured prefills refine it.
     s->cost_ = std::make_unique<runtime::CostModel>(
