@@ -157,21 +157,28 @@ uint16_t FreePort() {
   return ntohs(a.sin_port);
 }
 
+// A blocking TCP connection to 127.0.0.1:port with Nagle off (both benchmark clients use it).
+Result<int> ConnectLoopback(uint16_t port, std::string_view server) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return IoError(fmt::format("{} socket failed", server));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return IoError(fmt::format("{} connect failed", server));
+  }
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
 // The minimal RESP client: one connection, blocking, commands as arrays of bulk strings.
 class Resp {
  public:
   static Result<Resp> Connect(uint16_t port) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-      ::close(fd);
-      return IoError("redis connect failed");
-    }
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    HYPIC_ASSIGN_OR_RETURN(int fd, ConnectLoopback(port, "redis"));
     return Resp(fd);
   }
   Resp(Resp&& o) noexcept : fd_(o.fd_), buf_(std::move(o.buf_)), pos_(o.pos_) { o.fd_ = -1; }
@@ -275,17 +282,7 @@ class Resp {
 class Lean {
  public:
   static Result<Lean> Connect(uint16_t port) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-      ::close(fd);
-      return IoError("hypicd connect failed");
-    }
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    HYPIC_ASSIGN_OR_RETURN(int fd, ConnectLoopback(port, "hypicd"));
     Lean c(fd);
     protocol::HelloRequest hello;
     hello.client_name = "hypic-bench";
