@@ -11,31 +11,11 @@
 #include <math.h>
 
 #include <cstdint>
-#include <cstring>
 
+#include "core/dtype.h"  // F32Bits, F32FromBits
 #include "core/hd.h"
 
 namespace hypic::model {
-
-HYPIC_HD_INLINE int32_t FloatBits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_int(x);
-#else
-  int32_t i;
-  std::memcpy(&i, &x, sizeof i);
-  return i;
-#endif
-}
-
-HYPIC_HD_INLINE float BitsFloat(int32_t i) {
-#if defined(__CUDA_ARCH__)
-  return __int_as_float(i);
-#else
-  float x;
-  std::memcpy(&x, &i, sizeof x);
-  return x;
-#endif
-}
 
 // exp(x), relative error below 3e-7 over the float range (inputs below -87.3 give ~1e-38, not
 // 0; NaN stays NaN). Branch-free so loops over it vectorise: Cody-Waite reduction to
@@ -58,8 +38,8 @@ HYPIC_HD_INLINE float FastExp(float x) {
   p = p * r + 1.0f;
   // 2^n, n in [-126, 127], built in the exponent field. The shift is unsigned so that a NaN
   // (whose bits leave that range) gives garbage scale bits, not signed overflow; p is NaN then.
-  const auto exponent = static_cast<uint32_t>(FloatBits(t) - 0x4B400000 + 127);
-  return p * BitsFloat(static_cast<int32_t>(exponent << 23));
+  const uint32_t exponent = F32Bits(t) - 0x4B400000u + 127u;
+  return p * F32FromBits(exponent << 23);
 }
 HYPIC_HD_INLINE float Sigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
 HYPIC_HD_INLINE float Silu(float x) { return x / (1.0f + FastExp(-x)); }
