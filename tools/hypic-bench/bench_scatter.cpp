@@ -119,7 +119,11 @@ struct Calibration {
   std::vector<std::pair<uint32_t, double>> points;  // (tokens, median seconds)
 };
 
+// Calibration = one worker on one core: pins the process to one CPU and one compute thread
+// (BLAS and the model's), which the caller's later runs re-set as they need.
 Result<Calibration> Calibrate(const std::shared_ptr<const model::Model>& m, const Options& o) {
+  PinToCpus(1);
+  model::SetComputeThreads(1);
   Calibration cal;
   model::SegmentOptions seg;
   seg.seam_w = o.seam;
@@ -299,9 +303,6 @@ int RunSim(const Options& o) {
     fmt::print(stderr, "error: {}\n", m.status().ToString());
     return kExitUnavailable;
   }
-  // Calibration = one worker on one core: pinned, one compute thread (BLAS and the model's).
-  PinToCpus(1);
-  model::SetComputeThreads(1);
   auto cal = Calibrate(*m, o);
   if (!cal.ok()) {
     fmt::print(stderr, "error: {}\n", cal.status().ToString());
@@ -449,9 +450,7 @@ int RunCold(const Options& o) {
   if (getloadavg(load, 3) == 3)
     fmt::print("load average at start: {:.2f} {:.2f} {:.2f}\n", load[0], load[1], load[2]);
   // The simulator's inputs come from a separate calibration, so its error below is a real
-  // prediction error. Calibration = one worker on one core: pinned, one compute thread.
-  PinToCpus(1);
-  model::SetComputeThreads(1);
+  // prediction error.
   auto cal = Calibrate(*m, o);
   if (!cal.ok()) {
     fmt::print(stderr, "error: {}\n", cal.status().ToString());
