@@ -47,6 +47,18 @@ Status ConnectWithin(int fd, const sockaddr* addr, socklen_t len, int timeout_ms
   return Status::Ok();
 }
 
+bool IsLoopback(const sockaddr* addr) {
+  if (addr->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(addr);
+    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (addr->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(addr);
+    return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+  }
+  return false;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Connection>> Connection::Open(std::string_view address, int timeout_ms) {
@@ -100,7 +112,14 @@ Result<std::unique_ptr<Connection>> Connection::Open(std::string_view address, i
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     last = SetNonBlocking(fd);
     if (last.ok()) last = ConnectWithin(fd, ai->ai_addr, ai->ai_addrlen, timeout_ms, address);
-    if (last.ok()) return c;
+    if (!last.ok()) continue;
+    if (IsLoopback(ai->ai_addr)) {
+      // Requests (PUT bodies) flow this way: no pacing on a path without congestion, as hypicd
+      // does for its replies (loopback_tcp_congestion). Best effort: reno is always allowed.
+      static constexpr char kReno[] = "reno";
+      setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, kReno, sizeof(kReno) - 1);
+    }
+    return c;
   }
   return last;
 }

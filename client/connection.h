@@ -1,5 +1,7 @@
 // Connection: a connected stream socket (TCP or unix) with deadline-bounded, non-blocking I/O
-// through poll(2). It is the only place in client/ that touches POSIX sockets.
+// through poll(2). It is the only place in client/ that touches POSIX sockets. TCP connections
+// turn Nagle off and, to a loopback address, use reno congestion control (no pacing, which under
+// a bbr system default caps one loopback flow well below memory bandwidth).
 // Owns its file descriptor (closed by the destructor). Not thread-safe.
 #pragma once
 

@@ -208,6 +208,10 @@ std::vector<ConfigKey> BuildKeys() {
                           &ServerConfig::max_inflight_bytes, 64 << 10));
   keys.push_back(BytesKey("max_body_bytes", "largest frame body accepted (TOO_LARGE above)",
                           &ServerConfig::max_body_bytes, 4 << 10));
+  keys.push_back(StringKey("loopback_tcp_congestion",
+                           "TCP congestion control for loopback clients (no pacing on a path "
+                           "without congestion); empty = the system default",
+                           &ServerConfig::loopback_tcp_congestion));
   keys.push_back(DurationKey("hello_timeout_ms", "accept until HELLO completes",
                              &ServerConfig::hello_timeout_ms));
   keys.push_back(DurationKey("header_timeout_ms", "first byte of a frame until its header is in",
@@ -522,6 +526,15 @@ Result<ServerConfig> Load(const std::vector<std::string>& args, const EnvLookup&
   if (c.eviction_policy != "lru" && c.eviction_policy != "cost") {
     return BadRequest(
         fmt::format("config key 'eviction_policy': '{}' is not lru or cost", c.eviction_policy));
+  }
+  if (c.loopback_tcp_congestion.size() > 15 ||
+      !std::all_of(c.loopback_tcp_congestion.begin(), c.loopback_tcp_congestion.end(),
+                   [](char ch) { return std::islower(static_cast<unsigned char>(ch)) ||
+                                        std::isdigit(static_cast<unsigned char>(ch)) || ch == '_'; })) {
+    return BadRequest(fmt::format(
+        "config key 'loopback_tcp_congestion': '{}' is not a congestion control name (at most 15 "
+        "of a-z, 0-9, _)",
+        c.loopback_tcp_congestion));
   }
   static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
                                                  "error", "critical", "off"};

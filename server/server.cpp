@@ -1,13 +1,17 @@
 #include "server/server.h"
 
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -47,6 +51,16 @@ Result<asio::ip::address> ResolveHost(const std::string& host) {
   return addr;
 }
 
+// Sets the socket's TCP congestion control algorithm.
+Status SetCongestionControl(int fd, const std::string& name) {
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(),
+                   static_cast<socklen_t>(name.size())) != 0) {
+    return IoError(fmt::format("cannot set TCP congestion control '{}': {}", name,
+                               std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Server::Server(ServerConfig config)
@@ -69,6 +83,19 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
   if (ec) {
     return IoError(
         fmt::format("config key 'data_dir': cannot create {}: {}", config.data_dir, ec.message()));
+  }
+  if (!config.loopback_tcp_congestion.empty()) {
+    // Checked once here, so a name the kernel refuses stops startup instead of every accept.
+    int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    Status cc = probe < 0 ? IoError("socket failed")
+                          : SetCongestionControl(probe, config.loopback_tcp_congestion);
+    if (probe >= 0) ::close(probe);
+    if (!cc.ok()) {
+      return BadRequest(fmt::format(
+          "config key 'loopback_tcp_congestion': {} (net.ipv4.tcp_allowed_congestion_control "
+          "lists what an unprivileged process may choose; empty keeps the system default)",
+          cc.message()));
+    }
   }
   std::unique_ptr<Server> s(new Server(std::move(config)));
   const ServerConfig& c = s->config_;
@@ -277,6 +304,10 @@ void Server::AcceptTcp() {
       socket.set_option(asio::ip::tcp::no_delay(true), opt_ec);
       auto remote = socket.remote_endpoint(opt_ec);
       bool local = !opt_ec && remote.address().is_loopback();
+      if (local && !config_.loopback_tcp_congestion.empty()) {
+        Status cc = SetCongestionControl(socket.native_handle(), config_.loopback_tcp_congestion);
+        if (!cc.ok()) HYPIC_LOG_WARN("accept (tcp): {}", cc.ToString());
+      }
       std::string peer =
           opt_ec ? "tcp:?" : fmt::format("tcp:{}:{}", remote.address().to_string(), remote.port());
       Admit(context, std::move(socket), local, std::move(peer));

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import ipaddress
 import json
 import socket
 import struct
@@ -823,6 +824,14 @@ class Client:
             host = host.strip("[]") or "127.0.0.1"
             sock = socket.create_connection((host, int(port)), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if ipaddress.ip_address(sock.getpeername()[0]).is_loopback and \
+                    hasattr(socket, "TCP_CONGESTION"):
+                # No pacing on a path without congestion (as hypicd does for its replies);
+                # best effort: reno is always allowed.
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"reno")
+                except OSError:
+                    pass
         client = cls(sock, timeout)
         if hello:
             try:

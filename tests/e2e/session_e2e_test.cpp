@@ -1,13 +1,18 @@
 // End to end against the real hypicd: HELLO and version negotiation, PING, the unix socket,
-// auth and the admin token, pipelining, CONFIG/STATS, admin SHUTDOWN, metrics, and startup
-// errors (bad config, non-loopback bind without a token).
+// auth and the admin token, pipelining, CONFIG/STATS, admin SHUTDOWN, metrics, startup errors
+// (bad config, non-loopback bind without a token), and the loopback congestion control.
 #include <doctest/doctest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -223,9 +228,76 @@ TEST_CASE("startup refuses bad configuration, naming the key") {
   CHECK(check.exit_code == 0);
   CHECK(check.output.find("max_connections = 9") != std::string::npos);
 
+  // A well-formed name the kernel does not know is refused when the server starts.
+  auto cc = RunDaemonToExit({"--loopback-tcp-congestion", "nosuchcc", "--data-dir",
+                             "/tmp/hypicd-e2e-unused", "--model", "none"});
+  CHECK(cc.exit_code == 2);
+  CHECK(cc.output.find("loopback_tcp_congestion") != std::string::npos);
+  auto cc_name = RunDaemonToExit({"--check-config", "--loopback-tcp-congestion", "Reno!"});
+  CHECK(cc_name.exit_code == 2);
+  CHECK(cc_name.output.find("loopback_tcp_congestion") != std::string::npos);
+
   auto help = RunDaemonToExit({"--help"});
   CHECK(help.exit_code == 0);
   CHECK(help.output.find("--max-inflight-bytes") != std::string::npos);
+}
+
+// The congestion control of the daemon's end of the connection whose client end is `client_fd`,
+// read from a duplicate of the daemon's socket (pidfd_getfd). nullopt when the kernel does not
+// let this process take the daemon's descriptors.
+std::optional<std::string> DaemonSideCongestion(pid_t daemon, int client_fd) {
+  sockaddr_in mine{};
+  socklen_t len = sizeof(mine);
+  if (::getsockname(client_fd, reinterpret_cast<sockaddr*>(&mine), &len) != 0) return std::nullopt;
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, daemon, 0));
+  if (pidfd < 0) return std::nullopt;
+  std::optional<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/" + std::to_string(daemon) +
+                                                               "/fd")) {
+    int target = std::atoi(entry.path().filename().c_str());
+    int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, target, 0));
+    if (fd < 0) continue;
+    sockaddr_in peer{};
+    socklen_t plen = sizeof(peer);
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) == 0 &&
+        peer.sin_family == AF_INET && peer.sin_port == mine.sin_port) {
+      char name[16] = {};
+      socklen_t nlen = sizeof(name);
+      if (::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &nlen) == 0) {
+        found = std::string(name, ::strnlen(name, nlen));
+      }
+    }
+    ::close(fd);
+    if (found) break;
+  }
+  ::close(pidfd);
+  return found;
+}
+
+std::string SystemCongestion() {
+  std::ifstream f("/proc/sys/net/ipv4/tcp_congestion_control");
+  std::string name;
+  f >> name;
+  return name;
+}
+
+TEST_CASE("loopback connections get the configured congestion control") {
+  for (std::string configured : {std::string("reno"), std::string()}) {
+    CAPTURE(configured);
+    DaemonOptions opts;
+    opts.args = {"--loopback-tcp-congestion", configured};
+    auto d = Daemon::Start(opts);
+    REQUIRE_OK(d);
+    auto conn = RawConn::Tcp((*d)->port());
+    REQUIRE_OK(conn);
+    REQUIRE_OK(conn->Hello());  // the daemon has accepted and configured the socket
+    auto cc = DaemonSideCongestion((*d)->pid(), conn->fd());
+    if (!cc) {
+      MESSAGE("skipped: cannot read the daemon's sockets (pidfd_getfd not permitted)");
+      return;
+    }
+    CHECK(*cc == (configured.empty() ? SystemCongestion() : configured));
+  }
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ TEST_CASE("defaults without any source") {
   CHECK(c->metrics->ToString() == "127.0.0.1:9411");
   CHECK(c->UnixSocketPath() == "./hypic-data/hypicd.sock");
   CHECK_FALSE(c->ram_capacity.has_value());
+  CHECK(c->loopback_tcp_congestion == "reno");
 }
 
 TEST_CASE("file < env < flags, key by key") {
@@ -90,6 +91,10 @@ TEST_CASE("bad values stop startup and name the key and the source") {
   check_error(LoadConfig({"--max-body-bytes", "12XB"}, MapEnv({})), "'max_body_bytes'");
   check_error(LoadConfig({"--log-level", "loud"}, MapEnv({})), "'log_level'");
   check_error(LoadConfig({"--max-connections", "0"}, MapEnv({})), "'max_connections'");
+  check_error(LoadConfig({"--loopback-tcp-congestion", "BBR"}, MapEnv({})),
+              "'loopback_tcp_congestion'");
+  check_error(LoadConfig({"--loopback-tcp-congestion", "a_name_past_fifteen"}, MapEnv({})),
+              "'loopback_tcp_congestion'");
   check_error(LoadConfig({"--no-such-flag", "1"}, MapEnv({})), "command line");
 
   TempToml unknown("max_conections = 5\n");
