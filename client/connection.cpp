@@ -115,7 +115,7 @@ Result<std::unique_ptr<Connection>> Connection::Open(std::string_view address, i
     if (!last.ok()) continue;
     if (IsLoopback(ai->ai_addr)) {
       // Requests (PUT bodies) flow this way: no pacing on a path without congestion, as hypicd
-      // does for its replies (loopback_tcp_congestion). Best effort: reno is always allowed.
+      // does for its replies (loopback_tcp_congestion). Best effort: reno is allowed by default.
       static constexpr char kReno[] = "reno";
       setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, kReno, sizeof(kReno) - 1);
     }

@@ -827,7 +827,7 @@ class Client:
             if ipaddress.ip_address(sock.getpeername()[0]).is_loopback and \
                     hasattr(socket, "TCP_CONGESTION"):
                 # No pacing on a path without congestion (as hypicd does for its replies);
-                # best effort: reno is always allowed.
+                # best effort: reno is allowed by default.
                 try:
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"reno")
                 except OSError:
