@@ -528,9 +528,10 @@ Result<ServerConfig> Load(const std::vector<std::string>& args, const EnvLookup&
         fmt::format("config key 'eviction_policy': '{}' is not lru or cost", c.eviction_policy));
   }
   if (c.loopback_tcp_congestion.size() > 15 ||
-      !std::all_of(c.loopback_tcp_congestion.begin(), c.loopback_tcp_congestion.end(),
-                   [](char ch) { return std::islower(static_cast<unsigned char>(ch)) ||
-                                        std::isdigit(static_cast<unsigned char>(ch)) || ch == '_'; })) {
+      !std::all_of(c.loopback_tcp_congestion.begin(), c.loopback_tcp_congestion.end(), [](char ch) {
+        return std::islower(static_cast<unsigned char>(ch)) ||
+               std::isdigit(static_cast<unsigned char>(ch)) || ch == '_';
+      })) {
     return BadRequest(fmt::format(
         "config key 'loopback_tcp_congestion': '{}' is not a congestion control name (at most 15 "
         "of a-z, 0-9, _)",

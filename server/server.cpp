@@ -55,8 +55,8 @@ Result<asio::ip::address> ResolveHost(const std::string& host) {
 Status SetCongestionControl(int fd, const std::string& name) {
   if (::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(),
                    static_cast<socklen_t>(name.size())) != 0) {
-    return IoError(fmt::format("cannot set TCP congestion control '{}': {}", name,
-                               std::strerror(errno)));
+    return IoError(
+        fmt::format("cannot set TCP congestion control '{}': {}", name, std::strerror(errno)));
   }
   return Status::Ok();
 }

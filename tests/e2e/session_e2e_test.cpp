@@ -12,8 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "tests/e2e/daemon.h"
@@ -252,8 +252,8 @@ std::optional<std::string> DaemonSideCongestion(pid_t daemon, int client_fd) {
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, daemon, 0));
   if (pidfd < 0) return std::nullopt;
   std::optional<std::string> found;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/" + std::to_string(daemon) +
-                                                               "/fd")) {
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(daemon) + "/fd")) {
     int target = std::atoi(entry.path().filename().c_str());
     int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, target, 0));
     if (fd < 0) continue;

@@ -13,8 +13,9 @@
 // stores the data. Each point is measured --repeat times per system, alternating hypicd and
 // Redis, and the medians are reported. --server-cpus pins both servers to the same CPUs
 // (hypicd then runs one io thread per CPU; Redis is single-threaded), --client-cpus the client
-// threads. Both servers are stopped afterwards. Target: hypicd GET >= 1.5x Redis for
-// MiB-sized values, at a lower p99.
+// threads. --unix drives both over unix sockets instead (the same-host sidecar's other
+// transport; no TCP, so no congestion control either). Both servers are stopped afterwards.
+// Target: hypicd GET >= 1.5x Redis for MiB-sized values, at a lower p99.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -24,6 +25,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,6 +71,7 @@ struct Options {
   int repeat = 3;                // measurements per point and system; medians are reported
   std::vector<int> server_cpus;  // both servers run on these CPUs (empty: all)
   std::vector<int> client_cpus;  // every client thread runs on these CPUs (empty: all)
+  bool unix_sockets = false;     // both servers over unix sockets instead of loopback TCP
 };
 
 // Pins the calling thread to `cpus` (no-op when empty); returns the mask it had. A child
@@ -157,28 +160,52 @@ uint16_t FreePort() {
   return ntohs(a.sin_port);
 }
 
-// A blocking TCP connection to 127.0.0.1:port with Nagle off (both benchmark clients use it).
-Result<int> ConnectLoopback(uint16_t port, std::string_view server) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+// Where a server listens: 127.0.0.1:port, or the unix socket at `path` when it is set.
+struct Endpoint {
+  uint16_t port = 0;
+  std::string path;
+};
+
+// A blocking connection to `at` (both benchmark clients use it): TCP with Nagle off, or a unix
+// stream socket. The TCP client end keeps the system's congestion control; only the replies,
+// which the servers send, carry the bulk.
+Result<int> ConnectTo(const Endpoint& at, std::string_view server) {
+  const bool unix_socket = !at.path.empty();
+  int fd = ::socket(unix_socket ? AF_UNIX : AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return IoError(fmt::format("{} socket failed", server));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+  int rc = -1;
+  if (unix_socket) {
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    if (at.path.size() >= sizeof(a.sun_path)) {
+      ::close(fd);
+      return BadRequest(fmt::format("{} socket path too long: {}", server, at.path));
+    }
+    std::memcpy(a.sun_path, at.path.c_str(), at.path.size() + 1);
+    rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(at.port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  }
+  if (rc != 0) {
     ::close(fd);
     return IoError(fmt::format("{} connect failed", server));
   }
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (!unix_socket) {
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
   return fd;
 }
 
 // The minimal RESP client: one connection, blocking, commands as arrays of bulk strings.
 class Resp {
  public:
-  static Result<Resp> Connect(uint16_t port) {
-    HYPIC_ASSIGN_OR_RETURN(int fd, ConnectLoopback(port, "redis"));
+  static Result<Resp> Connect(const Endpoint& at) {
+    HYPIC_ASSIGN_OR_RETURN(int fd, ConnectTo(at, "redis"));
     return Resp(fd);
   }
   Resp(Resp&& o) noexcept : fd_(o.fd_), buf_(std::move(o.buf_)), pos_(o.pos_) { o.fd_ = -1; }
@@ -281,8 +308,8 @@ class Resp {
 // the data; the loops use this so both servers are driven by equally lean clients.
 class Lean {
  public:
-  static Result<Lean> Connect(uint16_t port) {
-    HYPIC_ASSIGN_OR_RETURN(int fd, ConnectLoopback(port, "hypicd"));
+  static Result<Lean> Connect(const Endpoint& at) {
+    HYPIC_ASSIGN_OR_RETURN(int fd, ConnectTo(at, "hypicd"));
     Lean c(fd);
     protocol::HelloRequest hello;
     hello.client_name = "hypic-bench";
@@ -546,34 +573,53 @@ int Run(const Options& o) {
     fmt::print(stderr, "net: {}\n", daemon.status().ToString());
     return kExitUnavailable;
   }
-  uint16_t redis_port = FreePort();
-  auto redis =
-      Child::Spawn({o.redis, "--port", std::to_string(redis_port), "--bind", "127.0.0.1", "--save",
-                    "", "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no",
-                    "--client-output-buffer-limit", "normal 0 0 0", "--dir", tmp},
-                   tmp + "/redis.log", o.server_cpus);
+  Endpoint redis_at{FreePort(), o.unix_sockets ? tmp + "/redis.sock" : ""};
+  std::vector<std::string> redis_args = {o.redis,
+                                         "--port",
+                                         std::to_string(redis_at.port),
+                                         "--bind",
+                                         "127.0.0.1",
+                                         "--save",
+                                         "",
+                                         "--appendonly",
+                                         "no",
+                                         "--protected-mode",
+                                         "no",
+                                         "--daemonize",
+                                         "no",
+                                         "--client-output-buffer-limit",
+                                         "normal 0 0 0",
+                                         "--dir",
+                                         tmp};
+  if (o.unix_sockets) {
+    redis_args.insert(redis_args.end(), {"--unixsocket", redis_at.path, "--unixsocketperm", "700"});
+  }
+  auto redis = Child::Spawn(redis_args, tmp + "/redis.log", o.server_cpus);
   if (!redis.ok()) {
     fmt::print(stderr, "net: {}\n", redis.status().ToString());
     return kExitUnavailable;
   }
   uint16_t port = 0;
+  std::string unix_path;
   for (int i = 0; i < 3000 && port == 0; ++i) {
     std::ifstream f(ready);
     std::string line;
     while (std::getline(f, line)) {
       if (line.rfind("tcp=", 0) == 0)
         port = static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
+      if (line.rfind("unix=", 0) == 0) unix_path = line.substr(5);
     }
     if (port == 0) std::this_thread::sleep_for(10ms);
     if ((*daemon)->Exited()) break;
   }
-  if (port == 0) {
+  const Endpoint hypicd_at{port, o.unix_sockets ? unix_path : ""};
+  if (port == 0 || (o.unix_sockets && unix_path.empty())) {
     fmt::print(stderr, "net: hypicd did not start (log in {}/hypicd.log)\n", tmp);
     return kExitUnavailable;
   }
   std::optional<Resp> admin_redis;
   for (int i = 0; i < 500 && !admin_redis; ++i) {
-    auto r = Resp::Connect(redis_port);
+    auto r = Resp::Connect(redis_at);
     if (r.ok()) {
       admin_redis.emplace(std::move(r).value());
     } else {
@@ -620,7 +666,7 @@ int Run(const Options& o) {
           return Measure(
               "hypicd", "GET", mib, conns, o.seconds, o.client_cpus, **daemon,
               [&]() -> std::function<int64_t()> {
-                auto c = Lean::Connect(port);
+                auto c = Lean::Connect(hypicd_at);
                 if (!c.ok()) return {};
                 auto shared = std::make_shared<Lean>(std::move(c).value());
                 return [shared, key, size]() -> int64_t {
@@ -631,7 +677,7 @@ int Run(const Options& o) {
         }
         return Measure("redis", "GET", mib, conns, o.seconds, o.client_cpus, **redis,
                        [&]() -> std::function<int64_t()> {
-                         auto c = Resp::Connect(redis_port);
+                         auto c = Resp::Connect(redis_at);
                          if (!c.ok()) return {};
                          auto shared = std::make_shared<Resp>(std::move(c).value());
                          auto buf = std::make_shared<std::vector<char>>();
@@ -691,7 +737,7 @@ int Run(const Options& o) {
       if (sys == 0) {
         return Measure("hypicd", "HAS", 0, conns, o.seconds, o.client_cpus, **daemon,
                        [&]() -> std::function<int64_t()> {
-                         auto c = Lean::Connect(port);
+                         auto c = Lean::Connect(hypicd_at);
                          if (!c.ok()) return {};
                          auto shared = std::make_shared<Lean>(std::move(c).value());
                          return [shared, request, batch]() -> int64_t {
@@ -706,7 +752,7 @@ int Run(const Options& o) {
       }
       return Measure("redis", "HAS", 0, conns, o.seconds, o.client_cpus, **redis,
                      [&]() -> std::function<int64_t()> {
-                       auto c = Resp::Connect(redis_port);
+                       auto c = Resp::Connect(redis_at);
                        if (!c.ok()) return {};
                        auto shared = std::make_shared<Resp>(std::move(c).value());
                        std::vector<std::string_view> cmd = {"EXISTS"};
@@ -789,6 +835,9 @@ const bool kRegistered = RegisterSubcommand(
           ->delimiter(',');
       sub.add_option("--client-cpus", o->client_cpus, "CPUs the client threads are pinned to")
           ->delimiter(',');
+      sub.add_flag("--unix", o->unix_sockets,
+                   "drive both servers over unix sockets (the same-host sidecar's other "
+                   "transport) instead of loopback TCP");
       return [o] { return Run(*o); };
     });
 
