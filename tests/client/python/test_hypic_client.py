@@ -278,6 +278,13 @@ class DaemonTest(unittest.TestCase):
                 self.assertEqual(c.ping(b"hello hypic"), b"hello hypic")
                 self.assertEqual(c.ping(), b"")
 
+    @unittest.skipUnless(hasattr(socket, "TCP_CONGESTION"), "no TCP_CONGESTION on this platform")
+    def test_loopback_tcp_uses_reno(self):
+        # The client's end carries PUT bodies; a pacing default (bbr) would cap one flow.
+        with self.connect() as c:
+            name = c._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+            self.assertEqual(name.rstrip(b"\0"), b"reno")
+
     def test_pipelining(self):
         with self.connect() as c:
             payloads = [os.urandom(i % 100) for i in range(200)]
