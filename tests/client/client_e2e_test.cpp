@@ -1,8 +1,15 @@
 // The C++ client against the real hypicd (started by tests/e2e/daemon.h on ephemeral ports in
-// a temp data dir): every operation, pipelining, the unix socket, auth and the admin token.
+// a temp data dir): every operation, pipelining, the unix socket, auth and the admin token, and
+// the congestion control of a loopback connection.
 #include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
+#include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "client/client.h"
 #include "storage/entry_format.h"
@@ -70,6 +77,32 @@ TEST_CASE("HELLO and PING over TCP and the unix socket") {
     REQUIRE_OK(pong);
     CHECK(*pong == payload);
   }
+}
+
+// The congestion control of this process's TCP socket connected to 127.0.0.1:`port`.
+std::optional<std::string> OwnCongestionTo(uint16_t port) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_in peer{};
+    socklen_t len = sizeof(peer);
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0 ||
+        peer.sin_family != AF_INET || ntohs(peer.sin_port) != port) {
+      continue;
+    }
+    char name[16] = {};
+    socklen_t nlen = sizeof(name);
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &nlen) != 0) return std::nullopt;
+    return std::string(name, ::strnlen(name, nlen));
+  }
+  return std::nullopt;
+}
+
+TEST_CASE("a loopback TCP connection is on reno (PUT bodies are not paced)") {
+  auto d = StartDaemon();
+  auto c = ConnectTcp(*d);
+  auto cc = OwnCongestionTo(d->port());
+  REQUIRE(cc.has_value());
+  CHECK(*cc == "reno");
 }
 
 TEST_CASE("PUT, HAS, GET, LIST, PIN, VERIFY, EVICT, DEL, FLUSH, STATS, CONFIG") {
