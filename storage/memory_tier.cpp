@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace hypic::storage {
 
 MemoryTier::MemoryTier(TierKind kind, uint64_t capacity) : kind_(kind), capacity_(capacity) {}
@@ -9,35 +11,36 @@ MemoryTier::MemoryTier(TierKind kind, uint64_t capacity) : kind_(kind), capacity
 MemoryTier::~MemoryTier() = default;
 
 Status MemoryTier::Insert(const TierEntry& entry) {
-  const uint64_t n = entry.info.bytes;
+  HYPIC_ASSIGN_OR_RETURN(TierEntry prepared, Prepare(entry));
+  return Commit(prepared);
+}
+
+Result<TierEntry> MemoryTier::Prepare(const TierEntry& entry) {
+  if (entry.info.bytes > capacity_) {  // it could never be committed: spare the copy
+    return NoSpace(fmt::format("{} tier: {} bytes exceed its capacity of {}", TierKindName(kind_),
+                               entry.info.bytes, capacity_));
+  }
+  return Store(entry);
+}
+
+Status MemoryTier::Commit(const TierEntry& prepared) {
+  const uint64_t n = prepared.info.bytes;
+  auto stored = std::make_shared<const TierEntry>(prepared);
   EntryHandle replaced;  // released after the lock
-  {
-    MutexLock lock(&mu_);
-    auto it = map_.find(entry.info.key);
-    if (it != map_.end()) {
-      usage_ -= it->second->info.bytes;
-      replaced = std::move(it->second);
-      map_.erase(it);
-    }
-    uint64_t used = usage_ + reserved_;
-    if (n > capacity_ || used > capacity_ - n) {
-      return NoSpace(fmt::format("{} tier: {} bytes do not fit ({} of {} used)",
-                                 TierKindName(kind_), n, used, capacity_));
-    }
-    reserved_ += n;
-  }
-  Result<TierEntry> stored = Store(entry);
-  EntryHandle lost_race;
   MutexLock lock(&mu_);
-  reserved_ -= n;
-  if (!stored.ok()) return stored.status();
-  EntryHandle& slot = map_[entry.info.key];
-  if (slot != nullptr) {  // a concurrent insert of the same key got there first
-    usage_ -= slot->info.bytes;
-    lost_race = std::move(slot);
+  auto it = map_.find(prepared.info.key);
+  // A replaced entry's bytes are free for its successor.
+  const uint64_t used = usage_ - (it != map_.end() ? it->second->info.bytes : 0);
+  if (n > capacity_ || used > capacity_ - n) {
+    return NoSpace(fmt::format("{} tier: {} bytes do not fit ({} of {} used)", TierKindName(kind_),
+                               n, used, capacity_));
   }
-  slot = std::make_shared<const TierEntry>(std::move(stored).value());
-  usage_ += n;
+  if (it != map_.end()) {
+    replaced = std::exchange(it->second, std::move(stored));
+  } else {
+    map_.emplace(prepared.info.key, std::move(stored));
+  }
+  usage_ = used + n;
   inserts_.fetch_add(1);
   return Status::Ok();
 }

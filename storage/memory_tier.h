@@ -1,9 +1,11 @@
 // MemoryTier: the shared body of the tiers that hold entries in memory (host RAM, HBM). It keeps
 // the key -> handle map and the usage accounting; subclasses only decide where the bytes go
-// (Store). Usage() is the exact byte count of the entries the tier holds, and Insert reserves
-// before it copies, so usage never exceeds Capacity(). A removed entry leaves the usage at once;
-// its memory is freed when the last handle on it (a reader, a write-back in flight) is dropped.
-// Thread-safe: one mutex guards the map; the copy into tier memory runs outside it.
+// (Store). Usage() is the exact byte count of the entries the tier holds; an entry is counted
+// when it is committed (Commit, or the end of Insert), which refuses what does not fit, so
+// usage never exceeds Capacity(). A removed entry leaves the usage at once; its memory is freed
+// when the last handle on it (a reader, a write-back in flight) is dropped.
+// Thread-safe: one mutex guards the map and the usage; the copy into tier memory (Prepare,
+// Store) runs outside it.
 #pragma once
 
 #include <atomic>
@@ -24,6 +26,10 @@ class MemoryTier : public Tier {
 
   TierKind kind() const override { return kind_; }
   Status Insert(const TierEntry& entry) override;
+  // Store, after refusing (kNoSpace) an entry bigger than the whole tier.
+  Result<TierEntry> Prepare(const TierEntry& entry) override;
+  // REQUIRES: `prepared` came from this tier's Prepare.
+  Status Commit(const TierEntry& prepared) override;
   Result<EntryHandle> Lookup(const SegmentKey& key) override;
   Status Remove(const SegmentKey& key) override;
   bool Contains(const SegmentKey& key) const override;
@@ -45,7 +51,6 @@ class MemoryTier : public Tier {
   mutable Mutex mu_;
   std::unordered_map<SegmentKey, EntryHandle, SegmentKeyHasher> map_ GUARDED_BY(mu_);
   uint64_t usage_ GUARDED_BY(mu_) = 0;
-  uint64_t reserved_ GUARDED_BY(mu_) = 0;  // bytes of inserts copying right now
 };
 
 }  // namespace hypic::storage

@@ -9,7 +9,9 @@
 // the tier holds; the memory of a removed entry is freed when its last handle goes.
 //
 // TierWrapper forwards every call to a target tier, so a decorator (fault injection, tracing)
-// overrides just the calls it changes. Implementations are thread-safe; nothing throws.
+// overrides just the calls it changes (one that changes Insert changes Prepare and Commit too:
+// TierManager places entries in memory tiers through those two). Implementations are thread-safe;
+// nothing throws.
 #pragma once
 
 #include <atomic>
@@ -86,6 +88,15 @@ class Tier {
   // REQUIRES: entry.host holds verified bytes of entry.info.bytes length.
   virtual Status Insert(const TierEntry& entry) = 0;
 
+  // Insert in two steps, so that a caller can run the expensive one without its own lock held.
+  // Prepare places a copy of the bytes in the tier's memory (allocation and copy) and returns
+  // its stored form without adding it to the tier or its usage; it may run concurrently with
+  // anything. Commit adds a prepared entry (replacing one of the same key) when it fits, with
+  // Insert's errors; dropping an uncommitted prepared entry frees its copy. Insert(e) behaves
+  // as Commit(Prepare(e)). The defaults prepare nothing and commit by Insert (the SSD tier).
+  virtual Result<TierEntry> Prepare(const TierEntry& entry) { return entry; }
+  virtual Status Commit(const TierEntry& prepared) { return Insert(prepared); }
+
   // kNotFound on a miss. A stored copy that fails its checksum is removed and reported as
   // kBadChecksum (counted); an I/O failure as kIoError. A wrong entry is never returned.
   virtual Result<EntryHandle> Lookup(const SegmentKey& key) = 0;
@@ -112,6 +123,8 @@ class TierWrapper : public Tier {
 
   TierKind kind() const override { return target_->kind(); }
   Status Insert(const TierEntry& entry) override { return target_->Insert(entry); }
+  Result<TierEntry> Prepare(const TierEntry& entry) override { return target_->Prepare(entry); }
+  Status Commit(const TierEntry& prepared) override { return target_->Commit(prepared); }
   Result<EntryHandle> Lookup(const SegmentKey& key) override { return target_->Lookup(key); }
   Status Remove(const SegmentKey& key) override { return target_->Remove(key); }
   bool Contains(const SegmentKey& key) const override { return target_->Contains(key); }

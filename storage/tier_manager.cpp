@@ -191,7 +191,11 @@ void TierManager::EvictFromTierLocked(
       item.pending = *h;
       out->push_back({key, item.gen, *h, /*demotion=*/true});
     } else if (h.ok()) {
-      if (PlaceLocked(item, *below, **h, out).ok()) ++per_tier_[Index(*below)].demotions;
+      // Copied under the lock: the victim must leave tier t now to make room for the caller.
+      Result<TierEntry> prepared = TierAt(*below)->Prepare(**h);
+      if (prepared.ok() && CommitLocked(item, *below, *prepared, out).ok()) {
+        ++per_tier_[Index(*below)].demotions;
+      }
     }
   }
   (void)TierAt(t)->Remove(key);
@@ -219,12 +223,46 @@ Status TierManager::MakeRoomLocked(TierKind t, uint64_t bytes, std::vector<Write
   return Status::Ok();
 }
 
-Status TierManager::PlaceLocked(Item& item, TierKind t, const TierEntry& entry,
-                                std::vector<WriteBack>* out) {
-  HYPIC_RETURN_IF_ERROR(MakeRoomLocked(t, entry.info.bytes, out));
-  HYPIC_RETURN_IF_ERROR(TierAt(t)->Insert(entry));
+Result<TierEntry> TierManager::PrepareIn(TierKind t, const TierEntry& entry,
+                                         std::vector<WriteBack>* out) {
+  {
+    MutexLock lock(&mu_);
+    HYPIC_RETURN_IF_ERROR(MakeRoomLocked(t, entry.info.bytes, out));
+  }
+  return TierAt(t)->Prepare(entry);
+}
+
+Status TierManager::CommitLocked(Item& item, TierKind t, const TierEntry& prepared,
+                                 std::vector<WriteBack>* out) {
+  HYPIC_RETURN_IF_ERROR(MakeRoomLocked(t, prepared.info.bytes, out));
+  HYPIC_RETURN_IF_ERROR(TierAt(t)->Commit(prepared));
   item.mask = static_cast<uint8_t>(item.mask | Bit(t));
   return Status::Ok();
+}
+
+bool TierManager::RefreshLocked(const SegmentKey& key, std::optional<Clock::time_point> expires,
+                                bool pin) {
+  auto it = items_.find(key);
+  if (it == items_.end()) return false;
+  if (Expired(it->second, Clock::now())) {
+    EraseLocked(it);
+    return false;
+  }
+  it->second.expires = expires;
+  it->second.pinned = it->second.pinned || pin;
+  return true;
+}
+
+TierManager::Item& TierManager::NewItemLocked(const EntryInfo& info,
+                                              std::optional<Clock::time_point> expires, bool pin) {
+  Item item;
+  item.info = info;
+  item.gen = next_gen_++;
+  item.last_tick = ++tick_;
+  item.last_access = std::chrono::system_clock::now();
+  item.expires = expires;
+  item.pinned = pin;
+  return items_.emplace(info.key, std::move(item)).first->second;
 }
 
 Status TierManager::WriteToSsd(const WriteBack& wb) {
@@ -296,41 +334,43 @@ Status TierManager::Put(std::shared_ptr<const HostBuffer> bytes, const PutOption
   std::optional<Clock::time_point> expires;
   if (ttl.count() > 0) expires = now + ttl;
 
-  std::vector<WriteBack> writes;
-  bool to_ssd = false;
   {
     MutexLock lock(&mu_);
-    auto it = items_.find(key);
-    if (it != items_.end() && !Expired(it->second, now)) {
-      it->second.expires = expires;
-      it->second.pinned = it->second.pinned || options.pin;
-      return Status::Ok();
+    if (RefreshLocked(key, expires, options.pin)) return Status::Ok();
+  }
+  // The copy into a memory tier runs without the lock, so others may put or evict the key
+  // meanwhile: the index learns of this entry only when its copy is committed.
+  std::vector<WriteBack> writes;
+  Status placed = NoSpace("no tier can take the entry");
+  for (size_t i = Index(options_.placement); i < Index(TierKind::kSsd) && !placed.ok(); ++i) {
+    if (tiers_[i] == nullptr) continue;
+    const auto t = static_cast<TierKind>(i);
+    Result<TierEntry> prepared = PrepareIn(t, *h, &writes);
+    if (!prepared.ok()) {
+      placed = prepared.status();
+      continue;
     }
-    if (it != items_.end()) EraseLocked(it);
-    Item fresh;
-    fresh.info = h->info;
-    fresh.gen = next_gen_++;
-    fresh.last_tick = ++tick_;
-    fresh.last_access = std::chrono::system_clock::now();
-    fresh.expires = expires;
-    fresh.pinned = options.pin;
-    it = items_.emplace(key, std::move(fresh)).first;
-    Status placed = NoSpace("no tier can take the entry");
-    for (size_t i = Index(options_.placement); i < Index(TierKind::kSsd); ++i) {
-      if (tiers_[i] == nullptr) continue;
-      placed = PlaceLocked(it->second, static_cast<TierKind>(i), *h, &writes);
-      if (placed.ok()) break;
-    }
-    if (!placed.ok() && HasTier(TierKind::kSsd)) {
-      it->second.pending = h;
-      writes.push_back({key, it->second.gen, h, /*demotion=*/false});
-      to_ssd = true;
-    } else if (!placed.ok()) {
-      items_.erase(it);
-      return placed;
+    MutexLock lock(&mu_);  // released before `prepared` is: an unused copy is freed unlocked
+    if (RefreshLocked(key, expires, options.pin)) {
+      placed = Status::Ok();  // a concurrent Put of the key won; this copy is dropped
+    } else {
+      placed = CommitLocked(NewItemLocked(h->info, expires, options.pin), t, *prepared, &writes);
+      if (!placed.ok()) items_.erase(key);
     }
   }
-  return RunWriteBacks(std::move(writes), to_ssd ? &key : nullptr);
+  bool to_ssd = false;
+  if (!placed.ok() && HasTier(TierKind::kSsd)) {
+    MutexLock lock(&mu_);
+    if (!RefreshLocked(key, expires, options.pin)) {
+      Item& item = NewItemLocked(h->info, expires, options.pin);
+      item.pending = h;
+      writes.push_back({key, item.gen, h, /*demotion=*/false});
+      to_ssd = true;
+    }
+    placed = Status::Ok();
+  }
+  Status written = RunWriteBacks(std::move(writes), to_ssd ? &key : nullptr);
+  return placed.ok() ? written : placed;
 }
 
 Result<EntryHandle> TierManager::Get(const SegmentKey& key, Access access) {
@@ -402,6 +442,7 @@ Result<EntryHandle> TierManager::Get(const SegmentKey& key, Access access) {
 
   Result<EntryHandle> r = TierAt(TierKind::kSsd)->Lookup(key);
   Status outcome;
+  bool promote = false;
   {
     MutexLock lock(&mu_);
     auto it = items_.find(key);
@@ -418,12 +459,20 @@ Result<EntryHandle> TierManager::Get(const SegmentKey& key, Access access) {
     } else if (same) {
       ++per_tier_[Index(TierKind::kSsd)].hits;
       Touch(it->second);
-      if (HasTier(TierKind::kHost) && (it->second.mask & Bit(TierKind::kHost)) == 0 &&
-          PlaceLocked(it->second, TierKind::kHost, **r, &writes).ok()) {
-        ++per_tier_[Index(TierKind::kHost)].promotions;
-      }
+      promote = HasTier(TierKind::kHost) && (it->second.mask & Bit(TierKind::kHost)) == 0;
     } else {
       ++per_tier_[Index(TierKind::kSsd)].hits;  // verified bytes, though the item moved on
+    }
+  }
+  if (promote) {
+    Result<TierEntry> prepared = PrepareIn(TierKind::kHost, **r, &writes);
+    MutexLock lock(&mu_);
+    auto it = items_.find(key);
+    // During the copy the item may have been evicted or replaced, or promoted by another Get.
+    if (prepared.ok() && it != items_.end() && it->second.gen == gen &&
+        (it->second.mask & Bit(TierKind::kHost)) == 0 &&
+        CommitLocked(it->second, TierKind::kHost, *prepared, &writes).ok()) {
+      ++per_tier_[Index(TierKind::kHost)].promotions;
     }
   }
   (void)RunWriteBacks(std::move(writes), nullptr);

@@ -16,9 +16,14 @@
 //
 // Ownership: the manager owns its tiers. Get returns an EntryHandle that keeps the bytes alive
 // while the caller reads or sends them. Thread-safe, with many concurrent readers: one mutex
-// guards the index and the memory tiers' bookkeeping; SSD reads and writes (the slow I/O) run
-// outside it, so RAM hits never wait for the disk. Nothing throws. The destructor finishes the
-// queued write-backs before it returns.
+// guards the index and the memory tiers' bookkeeping (placement decisions, eviction, usage,
+// pins, TTL, committing a copy into a tier). The slow work runs outside it, so hits never wait
+// for it: SSD reads and writes, and the copy of a Put or a promotion into a memory tier
+// (Tier::Prepare: pinned-host or device allocation and copy), committed afterwards under the
+// lock only if the key's item is still the one it was made for (a Put's key still absent, a
+// promotion's item generation unchanged); otherwise the copy is dropped. Demotion from HBM into
+// host RAM still copies under the lock, as it frees room the evicting caller is waiting for.
+// Nothing throws. The destructor finishes the queued write-backs before it returns.
 #pragma once
 
 #include <array>
@@ -223,8 +228,21 @@ class TierManager {
   // May erase the item (invalidating `it`).
   void EvictFromTierLocked(std::unordered_map<SegmentKey, Item, SegmentKeyHasher>::iterator it,
                            TierKind t, bool demote, std::vector<WriteBack>* out) REQUIRES(mu_);
-  // Inserts `entry` into memory tier `t` after making room; sets the item's bit.
-  Status PlaceLocked(Item& item, TierKind t, const TierEntry& entry, std::vector<WriteBack>* out)
+  // A placement into memory tier `t`, in two steps around the copy. PrepareIn makes room under
+  // the lock (no copy is made that could not be placed), then copies outside it (Tier::Prepare).
+  // The caller re-takes the lock, checks that the item is still the one it copied for (absent
+  // for a Put, the same `gen` for a promotion), and calls CommitLocked, which makes room again
+  // (others may have taken it meanwhile), commits the copy and sets the item's bit.
+  Result<TierEntry> PrepareIn(TierKind t, const TierEntry& entry, std::vector<WriteBack>* out)
+      EXCLUDES(mu_);
+  Status CommitLocked(Item& item, TierKind t, const TierEntry& prepared,
+                      std::vector<WriteBack>* out) REQUIRES(mu_);
+  // Put's check for a stored entry of its key: an unexpired item takes the new TTL and pin
+  // (true: nothing to place); an expired one is erased (false, like an absent one).
+  bool RefreshLocked(const SegmentKey& key, std::optional<Clock::time_point> expires, bool pin)
+      REQUIRES(mu_);
+  // REQUIRES: no item of info.key.
+  Item& NewItemLocked(const EntryInfo& info, std::optional<Clock::time_point> expires, bool pin)
       REQUIRES(mu_);
   // Drops an item from every tier.
   void EraseLocked(std::unordered_map<SegmentKey, Item, SegmentKeyHasher>::iterator it)

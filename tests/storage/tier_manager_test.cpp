@@ -1,16 +1,22 @@
 // TierManager: placement, promotion on read, write-back demotion behind the admission policy,
 // LRU and cost-aware eviction, pins (explicit and in-flight), TTL, namespaces, Probe, Evict,
-// Flush, restart from the SSD tier, the hard capacity bound at 2x fill, and a concurrent run
-// checked against the expected bytes of every key.
+// Flush, restart from the SSD tier, the hard capacity bound at 2x fill, a concurrent run
+// checked against the expected bytes of every key, and copies into a memory tier that run
+// without the manager's lock (readers go on meanwhile; races with Evict and Put of the key).
 #include "storage/tier_manager.h"
 
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "core/hash.h"
+#include "core/thread_annotations.h"
 #include "storage/hbm_tier.h"
 #include "storage/host_tier.h"
 #include "storage/rocks_tier.h"
@@ -415,6 +421,248 @@ TEST_CASE("concurrent readers and writers only ever see the bytes that were put"
   CHECK(bad.load() == 0);
   CHECK(hits.load() > 0);
   for (const auto& st : m->Stats()) CHECK(st.counters.bytes <= st.counters.capacity);
+}
+
+// A host tier that copies into CPU-backend host memory (as a pinning backend would) and whose
+// copies (Store) wait at a gate while it is closed, so that a test can hold a Put or a
+// promotion in the middle of its copy; an open gate can add a delay to every copy. The waits
+// are bounded so that a regression fails the test instead of hanging it.
+class GatedHostTier : public HostTier {
+ public:
+  static constexpr std::chrono::seconds kTimeout{20};
+
+  explicit GatedHostTier(uint64_t capacity) : HostTier(capacity, &gpu::CpuBackend()) {}
+
+  void Close() {
+    MutexLock lock(&gate_mu_);
+    open_ = false;
+  }
+  void Open() {
+    {
+      MutexLock lock(&gate_mu_);
+      open_ = true;
+    }
+    gate_cv_.notify_all();
+  }
+  void SetDelay(std::chrono::microseconds delay) { delay_us_ = delay.count(); }
+
+  // True once `n` copies wait at the closed gate; false after kTimeout.
+  bool WaitForWaiting(int n) {
+    const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+    MutexLock lock(&gate_mu_);
+    while (waiting_ < n) {
+      if (gate_cv_.wait_until(gate_mu_, deadline) == std::cv_status::timeout) break;
+    }
+    return waiting_ >= n;
+  }
+  int Waiting() {
+    MutexLock lock(&gate_mu_);
+    return waiting_;
+  }
+
+ protected:
+  Result<TierEntry> Store(const TierEntry& entry) override {
+    {
+      const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+      MutexLock lock(&gate_mu_);
+      ++waiting_;
+      gate_cv_.notify_all();
+      while (!open_ && gate_cv_.wait_until(gate_mu_, deadline) != std::cv_status::timeout) {
+      }
+      --waiting_;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us_.load()));
+    return HostTier::Store(entry);
+  }
+
+ private:
+  Mutex gate_mu_;
+  std::condition_variable_any gate_cv_;
+  bool open_ GUARDED_BY(gate_mu_) = true;
+  int waiting_ GUARDED_BY(gate_mu_) = 0;
+  std::atomic<int64_t> delay_us_{0};
+};
+
+// The host tier holds exactly the entries the manager's index places in it, and its usage is
+// the sum of their sizes. REQUIRES: nothing in flight.
+void CheckHostMatchesIndex(const TierManager& m, const Tier& host) {
+  std::set<SegmentKey> indexed;
+  uint64_t bytes = 0;
+  for (const EntryListing& l : m.List()) {
+    if ((l.tier_mask & (1u << static_cast<int>(TierKind::kHost))) == 0) continue;
+    indexed.insert(l.info.key);
+    bytes += l.info.bytes;
+  }
+  std::set<SegmentKey> stored;
+  for (const EntryInfo& info : host.List()) stored.insert(info.key);
+  CHECK(stored == indexed);
+  CHECK(host.Usage() == bytes);
+  CHECK(host.Usage() <= host.Capacity());
+}
+
+TEST_CASE("a Put's copy into a memory tier runs without the lock: other keys are served") {
+  auto gated = std::make_unique<GatedHostTier>(4 * EntrySize());
+  GatedHostTier* host = gated.get();
+  auto m = TierManager::Create({}, nullptr, std::move(gated), nullptr);
+  REQUIRE_OK(m);
+  auto a = EntryBytes(1), b = EntryBytes(2);
+  CHECK_OK((*m)->Put(a));
+
+  host->Close();
+  Status put_b;
+  std::thread writer([&] { put_b = (*m)->Put(b); });
+  const bool copying = host->WaitForWaiting(1);
+  auto reader = std::async(std::launch::async, [&] {
+    SegmentKey k1[] = {KeyOf(1)};
+    auto got = (*m)->Get(KeyOf(1));
+    return got.ok() && SameBytes(*got, *a) && (*m)->Probe(k1, false).tiers[0] == TierKind::kHost;
+  });
+  // Before the change the reader waited on the manager's lock until the copy finished.
+  const bool served = reader.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  const int still_copying = host->Waiting();
+  host->Open();
+  writer.join();
+  CHECK(copying);
+  CHECK(served);
+  CHECK(still_copying == 1);  // the reader finished while the Put's copy was held
+  CHECK(reader.get());
+  CHECK_OK(put_b);
+  auto got = (*m)->Get(KeyOf(2));
+  REQUIRE_OK(got);
+  CHECK(SameBytes(*got, *b));
+  CheckHostMatchesIndex(**m, *host);
+}
+
+TEST_CASE("a Put racing Evict and a second Put of its key: one copy, exact accounting") {
+  auto gated = std::make_unique<GatedHostTier>(2 * EntrySize());
+  GatedHostTier* host = gated.get();
+  auto m = TierManager::Create({}, nullptr, std::move(gated), nullptr);
+  REQUIRE_OK(m);
+  auto a = EntryBytes(1), b = EntryBytes(2);
+  auto evict_a = Req([](EvictRequest& q) { q.key = KeyOf(1); });
+
+  host->Close();
+  Status first, second;
+  std::thread p1([&] { first = (*m)->Put(a); });
+  const bool one_copying = host->WaitForWaiting(1);
+  // Not in the index until its copy is committed: nothing to evict, a miss meanwhile.
+  const uint64_t evicted = (*m)->Evict(evict_a).entries;
+  SegmentKey k1[] = {KeyOf(1)};
+  const bool missed = !(*m)->Probe(k1, false).tiers[0].has_value();
+  std::thread p2([&] { second = (*m)->Put(a); });
+  const bool two_copying = host->WaitForWaiting(2);
+  host->Open();
+  p1.join();
+  p2.join();
+  CHECK(one_copying);
+  CHECK(evicted == 0);
+  CHECK(missed);
+  CHECK(two_copying);
+  CHECK_OK(first);
+  CHECK_OK(second);
+  CHECK(host->Counters().inserts == 1);  // the later copy was dropped, not committed
+  CHECK((*m)->List().size() == 1);
+  CheckHostMatchesIndex(**m, *host);
+
+  // An Evict of a stored key while another Put copies: the index and the tier stay in step.
+  host->Close();
+  Status put_b;
+  std::thread p3([&] { put_b = (*m)->Put(b); });
+  const bool b_copying = host->WaitForWaiting(1);
+  const uint64_t evicted_a = (*m)->Evict(evict_a).entries;
+  host->Open();
+  p3.join();
+  CHECK(b_copying);
+  CHECK(evicted_a == 1);
+  CHECK_OK(put_b);
+  auto listing = (*m)->List();
+  REQUIRE(listing.size() == 1);
+  CHECK(listing[0].info.key == KeyOf(2));
+  CheckHostMatchesIndex(**m, *host);
+}
+
+TEST_CASE("a promotion whose item is evicted during the copy is dropped") {
+  TempDir dir;
+  TierManagerOptions o;
+  o.demote_min_hits = 0;
+  o.max_writeback_bytes = 0;  // demotions are written by the caller: nothing left in flight
+  auto gated = std::make_unique<GatedHostTier>(2 * EntrySize());
+  GatedHostTier* host = gated.get();
+  auto m = TierManager::Create(o, nullptr, std::move(gated), Ssd(dir, 10 * EntrySize()));
+  REQUIRE_OK(m);
+  for (uint64_t s = 1; s <= 3; ++s) CHECK_OK((*m)->Put(EntryBytes(s)));  // 1 goes to SSD
+  SegmentKey k1[] = {KeyOf(1)};
+  REQUIRE((*m)->Probe(k1, false).tiers[0] == TierKind::kSsd);
+
+  host->Close();
+  Result<EntryHandle> got = NotFound("not read");
+  std::thread reader([&] { got = (*m)->Get(KeyOf(1)); });
+  const bool promoting = host->WaitForWaiting(1);
+  const uint64_t evicted = (*m)->Evict(Req([](EvictRequest& q) { q.key = KeyOf(1); })).entries;
+  host->Open();
+  reader.join();
+  CHECK(promoting);
+  CHECK(evicted == 1);
+  REQUIRE_OK(got);  // the reader still gets the verified SSD bytes
+  CHECK(SameBytes(*got, *EntryBytes(1)));
+  CHECK(!host->Contains(KeyOf(1)));
+  CHECK(!(*m)->Probe(k1, false).tiers[0].has_value());
+  CHECK(CountersOf((*m)->Stats(), TierKind::kHost).promotions == 0);
+  CheckHostMatchesIndex(**m, *host);
+
+  // Without a race the promotion is committed.
+  for (uint64_t s = 4; s <= 5; ++s) CHECK_OK((*m)->Put(EntryBytes(s)));  // 2 and 3 to SSD
+  CHECK_OK((*m)->Get(KeyOf(2)));
+  SegmentKey k2[] = {KeyOf(2)};
+  CHECK((*m)->Probe(k2, false).tiers[0] == TierKind::kHost);
+  CHECK(CountersOf((*m)->Stats(), TierKind::kHost).promotions == 1);
+  CheckHostMatchesIndex(**m, *host);
+}
+
+TEST_CASE("slow copies racing Put, Get, Evict and Probe keep the host tier and index in step") {
+  TempDir dir;
+  TierManagerOptions o;
+  o.demote_min_hits = 0;
+  auto gated = std::make_unique<GatedHostTier>(5 * EntrySize());
+  GatedHostTier* host = gated.get();
+  host->SetDelay(std::chrono::microseconds(200));
+  auto m = TierManager::Create(o, nullptr, std::move(gated), Ssd(dir, 10 * EntrySize()));
+  REQUIRE_OK(m);
+  constexpr uint64_t kKeys = 12;
+  std::vector<std::shared_ptr<const HostBuffer>> bytes(kKeys + 1);
+  std::vector<SegmentKey> keys(kKeys + 1);
+  for (uint64_t s = 1; s <= kKeys; ++s) {
+    bytes[s] = EntryBytes(s);
+    keys[s] = KeyOf(s);
+  }
+  std::atomic<uint64_t> hits{0}, bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      ::hypic::testing::SeededRng rng(200 + t);
+      for (int i = 0; i < 150; ++i) {
+        const uint64_t s = rng.UniformInt(1, kKeys);
+        switch (rng.UniformInt(0, 5)) {
+          case 0:
+          case 1: (void)(*m)->Put(bytes[s]); break;
+          case 2: (void)(*m)->Evict(Req([&](EvictRequest& q) { q.key = keys[s]; })); break;
+          case 3: (void)(*m)->Probe(std::span<const SegmentKey>(&keys[s], 1)); break;
+          default: {
+            auto got = (*m)->Get(keys[s]);
+            if (got.ok()) {
+              ++hits;
+              if (!SameBytes(*got, *bytes[s])) ++bad;
+            }
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  (*m)->WaitForWriteBacks();
+  CHECK(bad.load() == 0);
+  CHECK(hits.load() > 0);
+  CheckHostMatchesIndex(**m, *host);
 }
 
 }  // namespace
