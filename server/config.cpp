@@ -611,11 +611,12 @@ std::string DumpConfig(const ServerConfig& c) {
   std::string out;
   for (const auto& k : ConfigKeys()) {
     std::string v = k.get(c);
-    // Bare integers only where TOML reads them back as the same number (i64).
+    // Bare integers only where TOML reads them back as the same number (i64, and no leading
+    // zero, which TOML rejects: a string value such as data_dir = "001" stays quoted).
     bool bare = k.name == "log_json" ||
-                (!v.empty() && v.size() <= 18 && std::all_of(v.begin(), v.end(), [](char ch) {
-                  return std::isdigit(static_cast<unsigned char>(ch));
-                }));
+                (!v.empty() && v.size() <= 18 && (v.size() == 1 || v[0] != '0') &&
+                 std::all_of(v.begin(), v.end(),
+                             [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }));
     if (bare) {
       out += fmt::format("{} = {}\n", k.name, v);
       continue;

@@ -209,6 +209,19 @@ TEST_CASE("the dump is valid TOML for any text value and any size") {
   CHECK(again->max_body_bytes == c->max_body_bytes);
   CHECK(again->config_file == "dump.toml");
   CHECK(DumpConfig(*again) == dump);
+
+  // Digits-only text: bare when TOML reads it as the same integer, quoted when it has a leading
+  // zero (TOML rejects 001 as an integer). Found by the server_config fuzzer.
+  for (std::string dir : {"001", "0", "1234"}) {
+    CAPTURE(dir);
+    auto digits = LoadConfig({"--data-dir", dir}, MapEnv({}));
+    REQUIRE_OK(digits);
+    std::string text = DumpConfig(*digits);
+    auto back = LoadConfigWithToml(text, "dump.toml", {}, MapEnv({}));
+    REQUIRE_OK(back);
+    CHECK(back->data_dir == dir);
+    CHECK(DumpConfig(*back) == text);
+  }
 }
 
 TEST_CASE("TOML given as text gets the file's checks and precedence") {
