@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds hypic into BUILD_DIR (default ./build). Extra arguments go to cmake's
-# configure step, e.g. scripts/build.sh -DHYPIC_CUDA=OFF.
+# configure step, e.g. scripts/build.sh -DHYPIC_CUDA=OFF. TARGETS (space-separated) builds only
+# those targets.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build}
@@ -13,4 +14,5 @@ export CCACHE_NOHASHDIR=true
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
   -DHYPIC_WERROR="${HYPIC_WERROR:-OFF}" "$@"
-cmake --build "$build_dir" -j "$jobs"
+# shellcheck disable=SC2086 # TARGETS is a list
+cmake --build "$build_dir" -j "$jobs" ${TARGETS:+--target $TARGETS}
