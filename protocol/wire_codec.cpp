@@ -59,28 +59,26 @@ Status WireReader::View(size_t n, ByteSpan* out, std::string_view what) {
   return Status::Ok();
 }
 
-Status WireReader::String(std::string* s, uint32_t max_len, std::string_view what) {
+Status WireReader::Sized(ByteSpan* v, uint32_t max_len, std::string_view what) {
   uint32_t n = 0;
   HYPIC_RETURN_IF_ERROR(U32(&n));
   if (n > max_len) {
     return TooLarge(std::string(what) + " of " + std::to_string(n) + " bytes exceeds " +
                     std::to_string(max_len));
   }
+  return View(n, v, what);
+}
+
+Status WireReader::String(std::string* s, uint32_t max_len, std::string_view what) {
   ByteSpan v;
-  HYPIC_RETURN_IF_ERROR(View(n, &v, what));
+  HYPIC_RETURN_IF_ERROR(Sized(&v, max_len, what));
   s->assign(reinterpret_cast<const char*>(v.data()), v.size());
   return Status::Ok();
 }
 
 Status WireReader::Blob(Bytes* b, uint32_t max_len, std::string_view what) {
-  uint32_t n = 0;
-  HYPIC_RETURN_IF_ERROR(U32(&n));
-  if (n > max_len) {
-    return TooLarge(std::string(what) + " of " + std::to_string(n) + " bytes exceeds " +
-                    std::to_string(max_len));
-  }
   ByteSpan v;
-  HYPIC_RETURN_IF_ERROR(View(n, &v, what));
+  HYPIC_RETURN_IF_ERROR(Sized(&v, max_len, what));
   b->assign(v.begin(), v.end());
   return Status::Ok();
 }

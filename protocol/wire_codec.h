@@ -66,6 +66,8 @@ class WireReader {
 
  private:
   Status Fixed(void* v, size_t n, std::string_view what);
+  // A u32 length (kTooLarge above max_len), then that many bytes as a view.
+  Status Sized(ByteSpan* v, uint32_t max_len, std::string_view what);
 
   ByteSpan in_;
   size_t pos_ = 0;
