@@ -49,9 +49,8 @@ TEST_CASE("malformed input is refused and the daemon keeps serving") {
   auto d = Daemon::Start();
   REQUIRE_OK(d);
   uint16_t port = (*d)->port();
-  auto good = RawConn::Tcp(port);
+  auto good = RawConn::TcpHello(port);
   REQUIRE_OK(good);
-  REQUIRE_OK(good->Hello());
   uint64_t rss_before = (*d)->RssKiB();
 
   SUBCASE("HTTP request") {
@@ -94,9 +93,8 @@ TEST_CASE("malformed input is refused and the daemon keeps serving") {
     }
   }
   SUBCASE("oversized ext length") {
-    auto c = RawConn::Tcp(port);
+    auto c = RawConn::TcpHello(port);
     REQUIRE_OK(c);
-    REQUIRE_OK(c->Hello());
     protocol::FrameHeader h;
     h.opcode = Opcode::kPing;
     auto hdr = Header(h);
@@ -117,9 +115,8 @@ TEST_CASE("malformed input is refused and the daemon keeps serving") {
     ExpectRefusedAndClosed(*c, StatusCode::kBadChecksum);
   }
   SUBCASE("bad body checksum: answered, and the connection stays in sync") {
-    auto c = RawConn::Tcp(port);
+    auto c = RawConn::TcpHello(port);
     REQUIRE_OK(c);
-    REQUIRE_OK(c->Hello());
     auto body = AsBytes("payload");
     protocol::FrameHeader h;
     h.opcode = Opcode::kPing;
@@ -137,9 +134,8 @@ TEST_CASE("malformed input is refused and the daemon keeps serving") {
     CHECK(ping->text() == "next");
   }
   SUBCASE("bad body checksum on a large (out-of-buffer) body") {
-    auto c = RawConn::Tcp(port);
+    auto c = RawConn::TcpHello(port);
     REQUIRE_OK(c);
-    REQUIRE_OK(c->Hello());
     protocol::Bytes body(2 << 20, std::byte{7});
     protocol::FrameHeader h;
     h.opcode = Opcode::kPing;
@@ -155,9 +151,8 @@ TEST_CASE("malformed input is refused and the daemon keeps serving") {
   }
   SUBCASE("reserved bits and unknown opcodes") {
     for (int variant = 0; variant < 3; ++variant) {
-      auto c = RawConn::Tcp(port);
+      auto c = RawConn::TcpHello(port);
       REQUIRE_OK(c);
-      REQUIRE_OK(c->Hello());
       protocol::FrameHeader h;
       h.opcode = Opcode::kPing;
       h.request_id = 5;
@@ -208,9 +203,8 @@ TEST_CASE("malformed input is refused and the daemon keeps serving") {
     CHECK(c->WaitClosed(1500ms));
   }
   SUBCASE("malformed bodies after HELLO keep the connection") {
-    auto c = RawConn::Tcp(port);
+    auto c = RawConn::TcpHello(port);
     REQUIRE_OK(c);
-    REQUIRE_OK(c->Hello());
     for (Opcode op : {Opcode::kHas, Opcode::kPrefill, Opcode::kCompose, Opcode::kEvict,
                       Opcode::kList, Opcode::kPut}) {
       auto r = c->Call(op, AsBytes("\x01\x02\x03"));

@@ -268,6 +268,12 @@ Result<RawConn> RawConn::Tcp(uint16_t port) {
   return RawConn(fd);
 }
 
+Result<RawConn> RawConn::TcpHello(uint16_t port) {
+  HYPIC_ASSIGN_OR_RETURN(RawConn c, Tcp(port));
+  HYPIC_RETURN_IF_ERROR(c.Hello().status());
+  return c;
+}
+
 Result<RawConn> RawConn::Unix(const std::string& path) {
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return IoError("socket");

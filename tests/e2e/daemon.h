@@ -87,6 +87,8 @@ struct ReplyFrame {
 class RawConn {
  public:
   static Result<RawConn> Tcp(uint16_t port);
+  // Tcp, then a HELLO without tokens that must succeed.
+  static Result<RawConn> TcpHello(uint16_t port);
   static Result<RawConn> Unix(const std::string& path);
   RawConn(RawConn&& other) noexcept;
   RawConn& operator=(RawConn&& other) noexcept;

@@ -44,9 +44,8 @@ TEST_CASE("twice the connection limit: the excess is refused, the rest unaffecte
   REQUIRE_OK(d);
   std::vector<RawConn> kept;
   for (int i = 0; i < 8; ++i) {
-    auto c = RawConn::Tcp((*d)->port());
+    auto c = RawConn::TcpHello((*d)->port());
     REQUIRE_OK(c);
-    REQUIRE_OK(c->Hello());
     kept.push_back(std::move(c).value());
   }
   for (int i = 0; i < 8; ++i) {
@@ -71,9 +70,8 @@ TEST_CASE("twice the connection limit: the excess is refused, the rest unaffecte
 TEST_CASE("slowloris connections are closed by the deadlines") {
   auto d = Daemon::Start(SmallLimits());
   REQUIRE_OK(d);
-  auto good = RawConn::Tcp((*d)->port());
+  auto good = RawConn::TcpHello((*d)->port());
   REQUIRE_OK(good);
-  REQUIRE_OK(good->Hello());
 
   auto silent = RawConn::Tcp((*d)->port());  // never says HELLO
   REQUIRE_OK(silent);
@@ -114,12 +112,10 @@ TEST_CASE("slowloris connections are closed by the deadlines") {
 TEST_CASE("a client that pipelines and never reads is held off by backpressure") {
   auto d = Daemon::Start(SmallLimits());
   REQUIRE_OK(d);
-  auto good = RawConn::Tcp((*d)->port());
+  auto good = RawConn::TcpHello((*d)->port());
   REQUIRE_OK(good);
-  REQUIRE_OK(good->Hello());
-  auto hog = RawConn::Tcp((*d)->port());
+  auto hog = RawConn::TcpHello((*d)->port());
   REQUIRE_OK(hog);
-  REQUIRE_OK(hog->Hello());
   uint64_t rss_before = (*d)->RssKiB();
 
   // 64 KiB PINGs (each echoed: 128 KiB per request held if nothing stopped it), sent without
@@ -163,9 +159,8 @@ TEST_CASE("a client that pipelines and never reads is held off by backpressure")
 TEST_CASE("compute queue: BUSY at once when full, DEADLINE_EXCEEDED when late") {
   auto d = Daemon::Start(SmallLimits());
   REQUIRE_OK(d);
-  auto c = RawConn::Tcp((*d)->port());
+  auto c = RawConn::TcpHello((*d)->port());
   REQUIRE_OK(c);
-  REQUIRE_OK(c->Hello());
 
   // Distinct prompts, all sent at once: one runs, two wait, the rest are refused.
   constexpr int kRequests = 12;

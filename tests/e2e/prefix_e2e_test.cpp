@@ -105,9 +105,8 @@ nlohmann::json Stats(RawConn& conn) {
 TEST_CASE("COMPOSE mode prefix is exact and reuses identical leading parts") {
   auto d = Daemon::Start();
   REQUIRE_OK(d);
-  auto conn = RawConn::Tcp((*d)->port());
+  auto conn = RawConn::TcpHello((*d)->port());
   REQUIRE_OK(conn);
-  REQUIRE_OK(conn->Hello());
 
   SeededRng rng(8);
   auto a = Segment(Tokens(rng, 24)), b = Segment(Tokens(rng, 16)), c = Segment(Tokens(rng, 20));
@@ -188,9 +187,8 @@ TEST_CASE("prefix_cache_capacity = 0 disables COMPOSE mode prefix") {
   options.args = {"--prefix-cache-capacity", "0"};
   auto d = Daemon::Start(options);
   REQUIRE_OK(d);
-  auto conn = RawConn::Tcp((*d)->port());
+  auto conn = RawConn::TcpHello((*d)->port());
   REQUIRE_OK(conn);
-  REQUIRE_OK(conn->Hello());
 
   SeededRng rng(9);
   std::vector<protocol::ComposePart> prompt = {Segment(Tokens(rng, 12)), Raw(Tokens(rng, 4))};

@@ -288,9 +288,8 @@ TEST_CASE("loopback connections get the configured congestion control") {
     opts.args = {"--loopback-tcp-congestion", configured};
     auto d = Daemon::Start(opts);
     REQUIRE_OK(d);
-    auto conn = RawConn::Tcp((*d)->port());
-    REQUIRE_OK(conn);
-    REQUIRE_OK(conn->Hello());  // the daemon has accepted and configured the socket
+    auto conn = RawConn::TcpHello((*d)->port());
+    REQUIRE_OK(conn);  // the daemon has accepted and configured the socket
     auto cc = DaemonSideCongestion((*d)->pid(), conn->fd());
     if (!cc) {
       MESSAGE("skipped: cannot read the daemon's sockets (pidfd_getfd not permitted)");

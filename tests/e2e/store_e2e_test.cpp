@@ -52,9 +52,8 @@ std::vector<protocol::Tier> Has(RawConn& c, const std::vector<Hash128>& keys) {
 TEST_CASE("store operations end to end") {
   auto d = Daemon::Start();
   REQUIRE_OK(d);
-  auto conn = RawConn::Tcp((*d)->port());
+  auto conn = RawConn::TcpHello((*d)->port());
   REQUIRE_OK(conn);
-  REQUIRE_OK(conn->Hello());
 
   Entry a = MakeEntry(1, 1 << 20), b = MakeEntry(2, 300 << 10, "tenant-b"),
         c = MakeEntry(3, 64 << 10);
