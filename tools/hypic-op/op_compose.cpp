@@ -23,6 +23,7 @@
 #include "core/safetensors.h"
 #include "gpu/model/model.h"
 #include "tools/common/subcommand.h"
+#include "tools/hypic-op/model_target.h"
 
 namespace hypic::tools {
 namespace {
@@ -31,11 +32,9 @@ using Json = nlohmann::json;
 using model::ComposePart;
 
 struct ComposeOptions {
-  std::string model;
+  ModelTarget target;
   std::string input;
   std::string output;
-  std::string cache_dir = "/tmp/hypic-models";
-  std::string device = "cpu";
 };
 
 struct Request {
@@ -126,19 +125,16 @@ int RunCompose(const ComposeOptions& opt) {
   if (!in) return bad(NotFound(fmt::format("--input: cannot open {}", opt.input)));
   std::stringstream text;
   text << in.rdbuf();
-  auto device = model::ParseComputeDevice(opt.device);
-  if (!device.ok()) return bad(device.status().WithContext("--device"));
-  if (Status st = model::CheckComputeDevice(*device); !st.ok())
-    return bad(st.WithContext("--device"));
-  auto model = model::LoadModel(opt.model, opt.cache_dir);
-  if (!model.ok()) return bad(model.status());
-  const model::Model& m = **model;
+  auto opened = opt.target.Open();
+  if (!opened.ok()) return bad(opened.status());
+  const model::Model& m = *opened->model;
+  const model::ComputeDevice device = opened->device;
   auto req = ParseRequest(text.str(), m.config().vocab_size);
   if (!req.ok()) return bad(req.status());
-  Status st = m.PrefillEntries(req->parts, req->mode, {.seam_w = req->seam, .device = *device});
+  Status st = m.PrefillEntries(req->parts, req->mode, {.seam_w = req->seam, .device = device});
   if (!st.ok()) return bad(st);
   auto r = m.Compose(
-      req->parts, {.mode = req->mode, .seam_w = req->seam, .want_state = true, .device = *device});
+      req->parts, {.mode = req->mode, .seam_w = req->seam, .want_state = true, .device = device});
   if (!r.ok()) return bad(r.status());
   st = WriteOutput(opt.output, m, *r);
   if (!st.ok()) {
@@ -152,13 +148,10 @@ const bool kRegistered = RegisterSubcommand(
     "compose", "Run one Compose (full, naive, hypic or oracle) from a JSON request",
     [](CLI::App& sub) -> Action {
       auto opt = std::make_shared<ComposeOptions>();
-      sub.add_option("--model", opt->model, "Model directory or builtin:NAME")->required();
+      opt->target.AddOptions(sub);
       sub.add_option("--input", opt->input, "Request JSON (seam, mode, parts)")->required();
       sub.add_option("--output", opt->output, "Output safetensors (logits, states, K/V)")
           ->required();
-      sub.add_option("--cache-dir", opt->cache_dir, "Where builtin models are generated")
-          ->capture_default_str();
-      sub.add_option("--device", opt->device, "cpu, cuda or cuda:N")->capture_default_str();
       return [opt] { return RunCompose(*opt); };
     });
 

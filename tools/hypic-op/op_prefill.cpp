@@ -15,16 +15,15 @@
 #include "core/safetensors.h"
 #include "gpu/model/model.h"
 #include "tools/common/subcommand.h"
+#include "tools/hypic-op/model_target.h"
 
 namespace hypic::tools {
 namespace {
 
 struct PrefillOptions {
-  std::string model;
+  ModelTarget target;
   std::string tokens;
   std::string output;
-  std::string cache_dir = "/tmp/hypic-models";
-  std::string device = "cpu";
 };
 
 Result<std::vector<uint32_t>> ParseTokens(const std::string& text) {
@@ -53,17 +52,14 @@ int RunPrefill(const PrefillOptions& opt) {
   };
   auto tokens = ParseTokens(opt.tokens);
   if (!tokens.ok()) return bad(tokens.status());
-  auto device = model::ParseComputeDevice(opt.device);
-  if (!device.ok()) return bad(device.status().WithContext("--device"));
-  if (Status st = model::CheckComputeDevice(*device); !st.ok())
-    return bad(st.WithContext("--device"));
-  auto model = model::LoadModel(opt.model, opt.cache_dir);
-  if (!model.ok()) return bad(model.status());
+  auto opened = opt.target.Open();
+  if (!opened.ok()) return bad(opened.status());
+  const model::Model& m = *opened->model;
   auto r =
-      (*model)->FullPrefill(*tokens, {.all_logits = true, .want_state = false, .device = *device});
+      m.FullPrefill(*tokens, {.all_logits = true, .want_state = false, .device = opened->device});
   if (!r.ok()) return bad(r.status().WithContext("--tokens"));
   SafetensorsWriter w;
-  Status st = w.Add("logits", DType::kF32, Shape{r->rows, (*model)->config().vocab_size},
+  Status st = w.Add("logits", DType::kF32, Shape{r->rows, m.config().vocab_size},
                     std::as_bytes(std::span<const float>(r->logits)));
   if (st.ok()) st = w.WriteFile(opt.output);
   if (!st.ok()) {
@@ -76,12 +72,9 @@ int RunPrefill(const PrefillOptions& opt) {
 const bool kRegistered = RegisterSubcommand(
     "prefill", "Run FullPrefill on a model; write logits [T, vocab]", [](CLI::App& sub) -> Action {
       auto opt = std::make_shared<PrefillOptions>();
-      sub.add_option("--model", opt->model, "Model directory or builtin:NAME")->required();
+      opt->target.AddOptions(sub);
       sub.add_option("--tokens", opt->tokens, "Comma-separated token ids")->required();
       sub.add_option("--output", opt->output, "Output safetensors (logits)")->required();
-      sub.add_option("--cache-dir", opt->cache_dir, "Where builtin models are generated")
-          ->capture_default_str();
-      sub.add_option("--device", opt->device, "cpu, cuda or cuda:N")->capture_default_str();
       return [opt] { return RunPrefill(*opt); };
     });
 
