@@ -87,9 +87,9 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
   if (!config.loopback_tcp_congestion.empty()) {
     // Checked once here, so a name the kernel refuses stops startup instead of every accept.
     int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    Status cc = probe < 0 ? IoError("socket failed")
-                          : SetCongestionControl(probe, config.loopback_tcp_congestion);
-    if (probe >= 0) ::close(probe);
+    if (probe < 0) return IoError(fmt::format("socket: {}", std::strerror(errno)));
+    Status cc = SetCongestionControl(probe, config.loopback_tcp_congestion);
+    ::close(probe);
     if (!cc.ok()) {
       return BadRequest(fmt::format(
           "config key 'loopback_tcp_congestion': {} (net.ipv4.tcp_allowed_congestion_control "
