@@ -12,11 +12,12 @@ find_package(Boost 1.74 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 
-# OpenBLAS: Debian ships the pthread flavour behind the cblas alternative.
-find_path(HYPIC_CBLAS_INCLUDE cblas.h PATHS /usr/include/x86_64-linux-gnu/openblas-pthread
-          /usr/include/openblas REQUIRED)
-find_library(HYPIC_OPENBLAS_LIB NAMES openblas PATHS /usr/lib/x86_64-linux-gnu/openblas-pthread
-             REQUIRED)
-add_library(hypic_openblas INTERFACE)
-target_include_directories(hypic_openblas SYSTEM INTERFACE ${HYPIC_CBLAS_INCLUDE})
-target_link_libraries(hypic_openblas INTERFACE ${HYPIC_OPENBLAS_LIB})
+# oneDNN (Debian's libdnnl-dev, built on OpenMP/libgomp): every CPU GEMM (gpu/cpu/gemm.h).
+# Found by hand: Debian's dnnl-config.cmake requires the OpenCL headers (its GPU runtime),
+# which the CPU engine we use does not need.
+find_path(HYPIC_DNNL_INCLUDE dnnl.hpp REQUIRED)
+find_library(HYPIC_DNNL_LIB NAMES dnnl REQUIRED)
+add_library(hypic_dnnl INTERFACE)
+target_include_directories(hypic_dnnl SYSTEM INTERFACE ${HYPIC_DNNL_INCLUDE})
+target_link_libraries(hypic_dnnl INTERFACE ${HYPIC_DNNL_LIB})
+find_package(OpenMP REQUIRED COMPONENTS CXX)

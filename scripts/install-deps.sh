@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache git
   clang clang-format libclang-rt-14-dev
   librocksdb-dev libboost-dev libxxhash-dev libfmt-dev doctest-dev nlohmann-json3-dev
-  libspdlog-dev libcli11-dev libtomlplusplus-dev libopenblas-dev prometheus-cpp-dev
+  libspdlog-dev libcli11-dev libtomlplusplus-dev libdnnl-dev prometheus-cpp-dev
   gnuplot-nox python3 redis-server
 )
 

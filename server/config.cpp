@@ -16,6 +16,7 @@
 #include <map>
 
 #include "gpu/backend.h"
+#include "gpu/model/checkpoint.h"
 
 namespace hypic::server {
 
@@ -166,6 +167,10 @@ std::vector<ConfigKey> BuildKeys() {
   keys.push_back(StringKey(
       "model", "model to serve: builtin:small|tiny|bench, a checkpoint directory, or none",
       &ServerConfig::model));
+  keys.push_back(StringKey("weights_dtype",
+                           "resident precision of the GEMM weights: auto (a bf16 checkpoint "
+                           "stays bf16), bf16 or f32",
+                           &ServerConfig::weights_dtype));
   keys.push_back(StringKey("model_cache_dir",
                            "where built-in models are generated; empty = <data_dir>/models",
                            &ServerConfig::model_cache_dir));
@@ -522,6 +527,10 @@ Result<ServerConfig> Load(const std::vector<std::string>& args, const EnvLookup&
   if (c.model.empty()) return BadRequest("config key 'model': must not be empty");
   if (c.seam_w > 4096) {
     return BadRequest(fmt::format("config key 'seam_w': {} is above 4096", c.seam_w));
+  }
+  if (!model::ParseWeightsDType(c.weights_dtype)) {
+    return BadRequest(
+        fmt::format("config key 'weights_dtype': '{}' is not auto, bf16 or f32", c.weights_dtype));
   }
   if (c.eviction_policy != "lru" && c.eviction_policy != "cost") {
     return BadRequest(

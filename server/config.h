@@ -52,6 +52,7 @@ struct ServerConfig {
   std::string data_dir = "./hypic-data";
   std::string model = "builtin:small";   // "none": serve the cache only (no PREFILL/COMPOSE)
   std::string model_cache_dir;           // built-in models; "" = <data_dir>/models
+  std::string weights_dtype = "auto";    // GEMM weights: auto | bf16 | f32 (checkpoint.h)
   uint32_t seam_w = 8;                   // default seam window (a request may choose another)
   std::string eviction_policy = "lru";   // lru | cost
   std::optional<uint64_t> ram_capacity;  // bytes; nullopt = "auto" until resolved

@@ -16,7 +16,8 @@
 #include <fstream>
 
 #include "core/logging.h"
-#include "gpu/model/cpu_kernels.h"
+#include "gpu/cpu/compute_threads.h"
+#include "gpu/cpu/gemm.h"
 #include "gpu/runtime/model_jobs.h"
 #include "server/session.h"
 #include "storage/entry_format.h"
@@ -134,9 +135,19 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
 
   if (c.model != "none") {
     auto t0 = std::chrono::steady_clock::now();
-    auto model = model::LoadModel(c.model, c.ModelCacheDir());
+    HYPIC_LOG_INFO("gemm: {}", cpu::GemmSummary());
+    const model::ReadOptions read{.weights = *model::ParseWeightsDType(c.weights_dtype)};
+    auto model = model::LoadModel(c.model, c.ModelCacheDir(), read);
     if (!model.ok()) return model.status().WithContext("config key 'model' (" + c.model + ")");
     s->model_ = std::move(model).value();
+    const size_t resident = s->model_->resident_weight_bytes();
+    const size_t stored = s->model_->checkpoint_bytes();
+    HYPIC_LOG_INFO(
+        "model weights: {} GEMM weights (weights_dtype {}), resident {:.1f} MiB = "
+        "{:.3f}x the checkpoint's {:.1f} MiB",
+        DTypeName(s->model_->weights_dtype()), c.weights_dtype, resident / 1048576.0,
+        stored > 0 ? static_cast<double>(resident) / static_cast<double>(stored) : 0.0,
+        stored / 1048576.0);
     runtime::PoolOptions po;
     po.kind = gpu::BackendKind::kCpu;
     po.cpu_workers = static_cast<int>(c.prefill_workers);
@@ -144,9 +155,9 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
     if (!pool.ok()) return pool.status().WithContext("config key 'prefill_workers'");
     s->pool_ = std::move(pool).value();
     // Every pass in the daemon (warm COMPOSE, prefix mode, PREFILL) gets one worker's share of
-    // the cores, as the pool gave OpenBLAS: ParallelFor threads beyond OpenBLAS's made a
-    // compose 2.3x slower (docs/benchmarks.md, issue 7).
-    if (s->pool_->cpu_budget() > 0) model::SetComputeThreads(s->pool_->cpu_budget());
+    // the cores: more threads than that made a compose 2.3x slower while the workers ran
+    // (docs/benchmarks.md, issue 7).
+    if (s->pool_->cpu_budget() > 0) cpu::SetComputeThreads(s->pool_->cpu_budget());
     s->transport_ = std::make_unique<runtime::HostTransport>();
     // The prior assumes 50 GFLOP/s per worker; measured prefills refine it.
     s->cost_ = std::make_unique<runtime::CostModel>(

@@ -15,26 +15,25 @@
 // S(C|0) is then S_out - T_C S_init (the composition identity read backwards): one dk x dk x dv
 // product per head instead of a third chain from zero, which cost as much as the T chain.
 //
-// Threading: the heads are independent, so they split over OpenBLAS's thread count, which is
-// the process's compute budget (gpu/model's SetComputeThreads, gpu/runtime's worker pool set
-// it). Each thread calls BLAS with products small enough that OpenBLAS runs them on the calling
-// thread; see ChunkThreads.
-#include <cblas.h>
-
+// Threading: the heads are independent, so they split over the calling thread's compute
+// budget (gpu/cpu/compute_threads.h); each head's products run on its own thread.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <vector>
 
+#include "gpu/cpu/compute_threads.h"
+#include "gpu/cpu/gemm.h"
 #include "gpu/linear/linear_attention.h"
 #include "gpu/linear/linear_internal.h"
 
 namespace hypic::linear {
 
 namespace {
+
+using cpu::Gemm;
+using cpu::Trans;
 
 // Subtracts rows [0, r) of X, weighted by A's row r, from columns [j0, j0 + W) of row r. The W
 // accumulators stay in registers (fully unrolled), so the sum over s is not bound by the
@@ -55,9 +54,7 @@ void SubtractEarlierRows(const float* a_row, int r, int cols, int j0, float* x) 
 
 // X <- (I + A)^{-1} X by forward substitution, for A strictly lower triangular [n, n] (row
 // stride lda; the diagonal and upper part are not read) and X [n, cols]. Written out instead of
-// cblas_strsm, which OpenBLAS threads even at these sizes (unlike sgemm, see ChunkThreads), so
-// from the head threads it would queue for OpenBLAS's pool; this is also a little faster than
-// its single-threaded strsm at 64 x 64.
+// a library trsm: at 64 x 64 this is a little faster than OpenBLAS's single-threaded strsm was.
 void SolveUnitLower(const float* a, int64_t lda, int n, int cols, float* x) {
   for (int r = 1; r < n; ++r) {
     const float* a_row = a + r * lda;
@@ -123,20 +120,16 @@ class ChunkKernel {
     const float* v_new = u_.data();
     if (delta_) {
       std::memcpy(v_new_.data(), u_.data(), int64_t{L} * n * sizeof(float));
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, n, dk, -1.0f, w_.data(), dk, s, n,
-                  1.0f, v_new_.data(), n);
+      Gemm(Trans::kNo, Trans::kNo, L, n, dk, -1.0f, w_.data(), dk, s, n, 1.0f, v_new_.data(), n);
       v_new = v_new_.data();
     }
     if (o != nullptr) {
       // q_ holds e^b . Q after Prepare.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, n, dk, 1.0f, q_.data(), dk, s, n,
-                  0.0f, o, ldo);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, n, L, 1.0f, a_qk_.data(), L, v_new,
-                  n, 1.0f, o, ldo);
+      Gemm(Trans::kNo, Trans::kNo, L, n, dk, 1.0f, q_.data(), dk, s, n, 0.0f, o, ldo);
+      Gemm(Trans::kNo, Trans::kNo, L, n, L, 1.0f, a_qk_.data(), L, v_new, n, 1.0f, o, ldo);
     }
     ScaleRows(decay_end_.data(), n, s);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dk, n, L, 1.0f, k_hat_.data(), dk, v_new,
-                n, 1.0f, s, n);
+    Gemm(Trans::kYes, Trans::kNo, dk, n, L, 1.0f, k_hat_.data(), dk, v_new, n, 1.0f, s, n);
   }
 
   // Advances the dense transition chain T [dk, dk] (delta family) in fp32: T <- D T - K_hat^T
@@ -190,11 +183,9 @@ class ChunkKernel {
   // T <- Diag(decay) T - kh^T (w T) over `rows` tokens.
   void AdvanceTransition(const float* w, const float* kh, const float* decay, int rows, float* t) {
     const int dk = dk_;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dk, dk, -1.0f, w, dk, t, dk, 0.0f,
-                vt_.data(), dk);
+    Gemm(Trans::kNo, Trans::kNo, rows, dk, dk, -1.0f, w, dk, t, dk, 0.0f, vt_.data(), dk);
     ScaleRows(decay, dk, t);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, dk, dk, rows, 1.0f, kh, dk, vt_.data(), dk,
-                1.0f, t, dk);
+    Gemm(Trans::kYes, Trans::kNo, dk, dk, rows, 1.0f, kh, dk, vt_.data(), dk, 1.0f, t, dk);
   }
 
   // The WY factors of chunk rows [r0, r1) taken alone: decays relative to the block's start,
@@ -250,11 +241,11 @@ class ChunkKernel {
   void BuildScores() {
     const int L = len_, dk = dk_;
     if (kind_ != DecayKind::kDiag) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, dk, 1.0f, q_.data(), dk, k_.data(),
-                  dk, 0.0f, a_qk_.data(), L);
+      Gemm(Trans::kNo, Trans::kYes, L, L, dk, 1.0f, q_.data(), dk, k_.data(), dk, 0.0f,
+           a_qk_.data(), L);
       if (delta_) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, dk, 1.0f, k_.data(), dk,
-                    k_.data(), dk, 0.0f, a_kk_.data(), L);
+        Gemm(Trans::kNo, Trans::kYes, L, L, dk, 1.0f, k_.data(), dk, k_.data(), dk, 0.0f,
+             a_kk_.data(), L);
       }
       for (int r = 0; r < L; ++r) {
         for (int s = 0; s < L; ++s) {
@@ -336,8 +327,7 @@ void SubtractTransitionTimesState(const float* dense, DecayKind kind, double log
                                   const double* log_sum_diag, const float* init, int dk, int dv,
                                   float* z) {
   if (dense != nullptr) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, dk, dv, dk, -1.0f, dense, dk, init, dv,
-                1.0f, z, dv);
+    Gemm(Trans::kNo, Trans::kNo, dk, dv, dk, -1.0f, dense, dk, init, dv, 1.0f, z, dv);
     return;
   }
   for (int d = 0; d < dk; ++d) {
@@ -347,22 +337,13 @@ void SubtractTransitionTimesState(const float* dense, DecayKind kind, double log
   }
 }
 
-// How many threads split the heads: OpenBLAS's thread count (the process's compute budget),
-// at most one per head, and 1 for short inputs, where starting a thread (tens of us) costs
-// about as much as a head's chunk. Splitting also requires every per-chunk product to stay at
-// or below OpenBLAS's threading threshold (M N K <= 4 * 65536, its GEMM_MULTITHREAD_THRESHOLD
-// default): OpenBLAS then runs each call on the calling thread, while larger ones (dk = 128)
-// would make the head threads queue for its one pool; those keep the heads on the caller and
-// let OpenBLAS thread each product.
+// How many threads split the heads: the calling thread's compute budget, at most one per
+// head, and 1 for short inputs, where a thread's hand-off costs about as much as a head's
+// chunk. Each head thread runs its products on itself (ParallelFor gives its ranges a budget
+// of 1).
 int ChunkThreads(const Shape& shape, int chunk) {
-  constexpr int64_t kBlasSingleThreadMnk = 4 * 65536;
-  // The largest product: a chunk's (chunk x width x width), or S(C|0)'s final T S_init.
-  const int64_t width = std::max(shape.dk, shape.dv);
-  if (shape.tokens < 2 * int64_t{chunk} ||
-      std::max<int64_t>(chunk, width) * width * width > kBlasSingleThreadMnk) {
-    return 1;
-  }
-  return std::clamp(openblas_get_num_threads(), 1, int{shape.value_heads});
+  if (shape.tokens < 2 * int64_t{chunk}) return 1;
+  return std::clamp(cpu::ComputeThreads(), 1, int{shape.value_heads});
 }
 
 }  // namespace
@@ -389,8 +370,10 @@ Status ChunkedForward(Variant variant, const Shape& shape, const Inputs& in,
   const bool main_chain =
       out.o != nullptr || out.final_state != nullptr || out.zero_state != nullptr;
 
-  // Runs heads [h0, h1) with its own kernel and buffers.
+  // Runs heads [h0, h1) with its own kernel and buffers. Its products are too small to thread,
+  // and on one thread their bits do not depend on the budget or on how heads are split.
   auto run_heads = [&](int h0, int h1) {
+    cpu::ScopedComputeThreads one(1);
     ChunkKernel kernel(variant, shape, chunk);
     // Advances `state` (with outputs into `o` when not nullptr) and/or `t` over all tokens.
     auto advance = [&](int h, float* state, float* o, float* t) {
@@ -461,17 +444,9 @@ Status ChunkedForward(Variant variant, const Shape& shape, const Inputs& in,
   };
 
   const int threads = ChunkThreads(shape, chunk);
-  std::vector<std::thread> helpers;
-  auto head_split = [&](int i) { return static_cast<int>(int64_t{HV} * i / threads); };
-  for (int i = 1; i < threads; ++i) {
-    try {
-      helpers.emplace_back(run_heads, head_split(i), head_split(i + 1));
-    } catch (const std::system_error&) {
-      run_heads(head_split(i), head_split(i + 1));  // no thread to be had: run them here
-    }
-  }
-  run_heads(0, head_split(1));
-  for (std::thread& helper : helpers) helper.join();
+  cpu::ParallelFor(HV, (HV + threads - 1) / threads, [&](int64_t h0, int64_t h1) {
+    run_heads(static_cast<int>(h0), static_cast<int>(h1));
+  });
   return Status::Ok();
 }
 

@@ -2,8 +2,6 @@
 // The chunked forward lives in chunked_forward.cpp.
 #include "gpu/linear/linear_attention.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -11,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/cpu/gemm.h"
 #include "gpu/linear/linear_internal.h"
 #include "gpu/linear/linear_math.h"
 
@@ -228,8 +227,8 @@ void ApplyHead(TransitionForm form, const Shape& shape, int head, const float* t
   }
   const float* t = transition + int64_t{head} * dk * dk;
   if (z != nullptr) std::memcpy(out, z, n * sizeof(float));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, dk, dv, dk, 1.0f, t, dk, s, dv,
-              z != nullptr ? 1.0f : 0.0f, out, dv);
+  cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kNo, dk, dv, dk, 1.0f, t, dk, s, dv,
+            z != nullptr ? 1.0f : 0.0f, out, dv);
 }
 
 // t_out = t2 t1 for one head.
@@ -247,8 +246,8 @@ void ComposeTransitionHead(TransitionForm form, const Shape& shape, int head, co
       return;
     case TransitionForm::kDense: {
       const int64_t off = int64_t{head} * dk * dk;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, dk, dk, dk, 1.0f, t2 + off, dk,
-                  t1 + off, dk, 0.0f, t_out + off, dk);
+      cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kNo, dk, dk, dk, 1.0f, t2 + off, dk, t1 + off, dk,
+                0.0f, t_out + off, dk);
       return;
     }
   }

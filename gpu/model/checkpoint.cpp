@@ -16,47 +16,76 @@ namespace {
 namespace fs = std::filesystem;
 
 // `rows` rows of an HF tensor (viewed as [numel / cols, cols]) starting at `src_row` are rows
-// [dst_row, dst_row + rows) of the canonical matrix `dst` (which has the same `cols`).
-template <typename Vec>
+// [dst_row, dst_row + rows) of the canonical matrix at `dst` (elements of `dtype`, the same
+// `cols`). Byte is std::byte (reading) or const std::byte (writing).
+template <typename Byte>
 struct RowMove {
-  Vec* dst;
+  Byte* dst;
+  DType dtype;
+  bool matrix;  // a WeightTensor (kept in bf16 when the model is)
   int64_t src_row;
   int64_t dst_row;
   int64_t rows;
 };
 
-template <typename Vec>
+template <typename Byte>
 struct HfPiece {
   std::string name;
   Shape shape;
   int64_t cols = 0;
-  std::vector<RowMove<Vec>> moves;
+  std::vector<RowMove<Byte>> moves;
 };
+
+// A canonical tensor's first byte and element type.
+template <typename Byte>
+struct Target {
+  Byte* base;
+  DType dtype;
+  bool matrix;
+};
+inline Target<std::byte> Where(std::vector<float>* v) {
+  return {reinterpret_cast<std::byte*>(v->data()), DType::kF32, false};
+}
+inline Target<const std::byte> Where(const std::vector<float>* v) {
+  return {reinterpret_cast<const std::byte*>(v->data()), DType::kF32, false};
+}
+inline Target<std::byte> Where(WeightTensor* t) {
+  return {static_cast<std::byte*>(t->data()), t->dtype(), true};
+}
+inline Target<const std::byte> Where(const WeightTensor* t) {
+  return {static_cast<const std::byte*>(t->data()), t->dtype(), true};
+}
 
 std::string Prefix(WeightFormat f) {
   return f == WeightFormat::kQwen3Next ? "model." : "model.language_model.";
 }
 
-// Vec is std::vector<float> (reading) or const std::vector<float> (writing).
-template <typename Vec>
+template <typename Byte>
 class LayoutBuilder {
  public:
-  explicit LayoutBuilder(std::vector<HfPiece<Vec>>* out) : out_(out) {}
+  explicit LayoutBuilder(std::vector<HfPiece<Byte>>* out) : out_(out) {}
 
-  // A tensor that maps one-to-one onto a canonical matrix (or a row range of it).
-  void Whole(std::string name, Shape shape, Vec* dst, int64_t dst_row = 0) {
+  // A tensor that maps one-to-one onto a canonical tensor (or a row range of it).
+  template <typename Dst>
+  void Whole(std::string name, Shape shape, Dst* dst, int64_t dst_row = 0) {
     const int64_t cols = shape[shape.rank() - 1];
     const int64_t rows = shape.NumElements() / cols;
-    out_->push_back({std::move(name), shape, cols, {{dst, 0, dst_row, rows}}});
+    out_->push_back({std::move(name), shape, cols, {Move(dst, 0, dst_row, rows)}});
   }
-  void Add(HfPiece<Vec> piece) { out_->push_back(std::move(piece)); }
+  void Add(HfPiece<Byte> piece) { out_->push_back(std::move(piece)); }
+
+  template <typename Dst>
+  static RowMove<Byte> Move(Dst* dst, int64_t src_row, int64_t dst_row, int64_t rows) {
+    const Target<Byte> t = Where(dst);
+    return {t.base, t.dtype, t.matrix, src_row, dst_row, rows};
+  }
 
  private:
-  std::vector<HfPiece<Vec>>* out_;
+  std::vector<HfPiece<Byte>>* out_;
 };
 
-template <typename Vec, typename Mlp>
-void AddMlp(LayoutBuilder<Vec>& b, const std::string& p, int64_t hidden, Mlp* m) {
+template <typename Byte, typename Mlp>
+void AddMlp(LayoutBuilder<Byte>& b, const std::string& p, int64_t hidden, Mlp* m) {
   const int64_t i = m->intermediate;
   b.Whole(p + "gate_proj.weight", {i, hidden}, &m->gate_up, 0);
   b.Whole(p + "up_proj.weight", {i, hidden}, &m->gate_up, i);
@@ -68,9 +97,10 @@ void AddMlp(LayoutBuilder<Vec>& b, const std::string& p, int64_t hidden, Mlp* m)
 // W is ModelWeights (reading) or const ModelWeights (writing).
 template <typename W>
 auto BuildLayout(const ModelConfig& c, W* w, bool packed_experts) {
-  using Vec = std::conditional_t<std::is_const_v<W>, const std::vector<float>, std::vector<float>>;
-  std::vector<HfPiece<Vec>> pieces;
-  LayoutBuilder<Vec> b(&pieces);
+  using Byte = std::conditional_t<std::is_const_v<W>, const std::byte, std::byte>;
+  using Builder = LayoutBuilder<Byte>;
+  std::vector<HfPiece<Byte>> pieces;
+  Builder b(&pieces);
   const std::string prefix = Prefix(c.format);
   const int64_t h = c.hidden_size;
   b.Whole(prefix + "embed_tokens.weight", {c.vocab_size, h}, &w->embed);
@@ -94,17 +124,19 @@ auto BuildLayout(const ModelConfig& c, W* w, bool packed_experts) {
       const std::string la = p + "linear_attn.";
       if (c.format == WeightFormat::kQwen3Next) {
         // Interleaved by key head: group k is [q_k | k_k | v of its r value heads | z of them].
-        HfPiece<Vec> qkvz{la + "in_proj_qkvz.weight", {2 * nk * dk + 2 * vw, h}, h, {}};
-        HfPiece<Vec> ba{la + "in_proj_ba.weight", {2 * nv, h}, h, {}};
+        HfPiece<Byte> qkvz{la + "in_proj_qkvz.weight", {2 * nk * dk + 2 * vw, h}, h, {}};
+        HfPiece<Byte> ba{la + "in_proj_ba.weight", {2 * nv, h}, h, {}};
         const int64_t group = 2 * dk + 2 * r * dv;
         for (int64_t k = 0; k < nk; ++k) {
           const int64_t s = k * group;
-          qkvz.moves.push_back({&g.in_proj, s, k * dk, dk});
-          qkvz.moves.push_back({&g.in_proj, s + dk, nk * dk + k * dk, dk});
-          qkvz.moves.push_back({&g.in_proj, s + 2 * dk, 2 * nk * dk + k * r * dv, r * dv});
-          qkvz.moves.push_back({&g.in_proj, s + 2 * dk + r * dv, conv_c + k * r * dv, r * dv});
-          ba.moves.push_back({&g.in_proj, k * 2 * r, conv_c + vw + k * r, r});
-          ba.moves.push_back({&g.in_proj, k * 2 * r + r, conv_c + vw + nv + k * r, r});
+          qkvz.moves.push_back(Builder::Move(&g.in_proj, s, k * dk, dk));
+          qkvz.moves.push_back(Builder::Move(&g.in_proj, s + dk, nk * dk + k * dk, dk));
+          qkvz.moves.push_back(
+              Builder::Move(&g.in_proj, s + 2 * dk, 2 * nk * dk + k * r * dv, r * dv));
+          qkvz.moves.push_back(
+              Builder::Move(&g.in_proj, s + 2 * dk + r * dv, conv_c + k * r * dv, r * dv));
+          ba.moves.push_back(Builder::Move(&g.in_proj, k * 2 * r, conv_c + vw + k * r, r));
+          ba.moves.push_back(Builder::Move(&g.in_proj, k * 2 * r + r, conv_c + vw + nv + k * r, r));
         }
         b.Add(std::move(qkvz));
         b.Add(std::move(ba));
@@ -123,10 +155,10 @@ auto BuildLayout(const ModelConfig& c, W* w, bool packed_experts) {
       auto& a = lw.attention;
       const std::string sa = p + "self_attn.";
       // q_proj is interleaved per head: [query_h | gate_h].
-      HfPiece<Vec> q{sa + "q_proj.weight", {2 * nh * hd, h}, h, {}};
+      HfPiece<Byte> q{sa + "q_proj.weight", {2 * nh * hd, h}, h, {}};
       for (int64_t i = 0; i < nh; ++i) {
-        q.moves.push_back({&a.in_proj, 2 * i * hd, i * hd, hd});
-        q.moves.push_back({&a.in_proj, 2 * i * hd + hd, nh * hd + i * hd, hd});
+        q.moves.push_back(Builder::Move(&a.in_proj, 2 * i * hd, i * hd, hd));
+        q.moves.push_back(Builder::Move(&a.in_proj, 2 * i * hd + hd, nh * hd + i * hd, hd));
       }
       b.Add(std::move(q));
       b.Whole(sa + "k_proj.weight", {nkv * hd, h}, &a.in_proj, 2 * nh * hd);
@@ -142,11 +174,12 @@ auto BuildLayout(const ModelConfig& c, W* w, bool packed_experts) {
       const int64_t e_count = c.num_experts, mi = c.moe_intermediate_size;
       b.Whole(mp + "gate.weight", {e_count, h}, &m.router);
       if (packed_experts) {
-        HfPiece<Vec> gu{mp + "experts.gate_up_proj", {e_count, 2 * mi, h}, h, {}};
-        HfPiece<Vec> down{mp + "experts.down_proj", {e_count, h, mi}, mi, {}};
+        HfPiece<Byte> gu{mp + "experts.gate_up_proj", {e_count, 2 * mi, h}, h, {}};
+        HfPiece<Byte> down{mp + "experts.down_proj", {e_count, h, mi}, mi, {}};
         for (int64_t e = 0; e < e_count; ++e) {
-          gu.moves.push_back({&m.experts[static_cast<size_t>(e)].gate_up, e * 2 * mi, 0, 2 * mi});
-          down.moves.push_back({&m.experts[static_cast<size_t>(e)].down, e * h, 0, h});
+          gu.moves.push_back(
+              Builder::Move(&m.experts[static_cast<size_t>(e)].gate_up, e * 2 * mi, 0, 2 * mi));
+          down.moves.push_back(Builder::Move(&m.experts[static_cast<size_t>(e)].down, e * h, 0, h));
         }
         b.Add(std::move(gu));
         b.Add(std::move(down));
@@ -166,12 +199,63 @@ auto BuildLayout(const ModelConfig& c, W* w, bool packed_experts) {
   return pieces;
 }
 
-MlpWeights AllocateMlp(int64_t hidden, int64_t intermediate) {
+MlpWeights AllocateMlp(int64_t hidden, int64_t intermediate, DType matrices, bool allocate) {
   MlpWeights m;
   m.intermediate = intermediate;
-  m.gate_up.assign(static_cast<size_t>(2 * intermediate * hidden), 0.0f);
-  m.down.assign(static_cast<size_t>(hidden * intermediate), 0.0f);
+  const int64_t n = allocate ? intermediate * hidden : 0;
+  m.gate_up = WeightTensor(matrices, static_cast<size_t>(2 * n));
+  m.down = WeightTensor(matrices, static_cast<size_t>(n));
   return m;
+}
+
+// Every tensor of `c` sized (zero-filled), or, without `allocate`, left empty: the layout of
+// such weights names every tensor without holding data.
+ModelWeights MakeWeights(const ModelConfig& c, DType matrices, bool allocate) {
+  auto zeros = [allocate](int64_t n) {
+    return std::vector<float>(allocate ? static_cast<size_t>(n) : 0, 0.0f);
+  };
+  auto matrix = [matrices, allocate](int64_t n) {
+    return WeightTensor(matrices, allocate ? static_cast<size_t>(n) : 0);
+  };
+  const int64_t h = c.hidden_size;
+  ModelWeights w;
+  w.embed = matrix(c.vocab_size * h);
+  w.final_norm = zeros(h);
+  if (!c.tie_word_embeddings) w.lm_head = matrix(c.vocab_size * h);
+  w.layers.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t li = 0; li < c.num_layers; ++li) {
+    LayerWeights& lw = w.layers[static_cast<size_t>(li)];
+    lw.input_norm = zeros(h);
+    lw.post_norm = zeros(h);
+    if (c.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear) {
+      const int64_t cc = c.conv_channels(), vw = c.value_width(), nv = c.linear_value_heads;
+      lw.gdn.in_proj = matrix((cc + vw + 2 * nv) * h);
+      lw.gdn.conv = zeros(cc * c.conv_kernel);
+      lw.gdn.a_log = zeros(nv);
+      lw.gdn.dt_bias = zeros(nv);
+      lw.gdn.norm = zeros(c.linear_value_dim);
+      lw.gdn.out_proj = matrix(h * vw);
+    } else {
+      const int64_t hd = c.head_dim;
+      lw.attention.in_proj = matrix((2 * c.num_heads + 2 * c.num_kv_heads) * hd * h);
+      lw.attention.q_norm = zeros(hd);
+      lw.attention.k_norm = zeros(hd);
+      lw.attention.o_proj = matrix(h * c.num_heads * hd);
+    }
+    if (c.mlp_kinds[static_cast<size_t>(li)] == MlpKind::kMoe) {
+      lw.moe.router = zeros(c.num_experts * h);
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        lw.moe.experts.push_back(AllocateMlp(h, c.moe_intermediate_size, matrices, allocate));
+      }
+      if (c.shared_expert_intermediate_size > 0) {
+        lw.moe.shared = AllocateMlp(h, c.shared_expert_intermediate_size, matrices, allocate);
+        lw.moe.shared_gate = zeros(h);
+      }
+    } else {
+      lw.dense = AllocateMlp(h, c.intermediate_size, matrices, allocate);
+    }
+  }
+  return w;
 }
 
 Result<std::string> ReadTextFile(const fs::path& path) {
@@ -183,7 +267,7 @@ Result<std::string> ReadTextFile(const fs::path& path) {
   return ss.str();
 }
 
-Status ReadPiece(const SafetensorsCheckpoint& ckpt, const HfPiece<std::vector<float>>& piece) {
+Status ReadPiece(const SafetensorsCheckpoint& ckpt, const HfPiece<std::byte>& piece) {
   HYPIC_ASSIGN_OR_RETURN(const SafetensorsTensorInfo* info, ckpt.Info(piece.name));
   if (!(info->shape == piece.shape)) {
     return BadRequest(fmt::format("tensor {}: expected shape {}, found {}", piece.name,
@@ -207,8 +291,8 @@ Status ReadPiece(const SafetensorsCheckpoint& ckpt, const HfPiece<std::vector<fl
   }
   const size_t esize = DTypeSize(info->dtype);
   for (const auto& m : piece.moves) {
-    ConvertElements(info->dtype, src + static_cast<size_t>(m.src_row * piece.cols) * esize,
-                    DType::kF32, m.dst->data() + m.dst_row * piece.cols,
+    ConvertElements(info->dtype, src + static_cast<size_t>(m.src_row * piece.cols) * esize, m.dtype,
+                    m.dst + static_cast<size_t>(m.dst_row * piece.cols) * DTypeSize(m.dtype),
                     static_cast<size_t>(m.rows * piece.cols));
   }
   return Status::Ok();
@@ -233,50 +317,27 @@ Result<ModelFingerprint> Fingerprint(const ModelConfig& config, const Safetensor
 
 }  // namespace
 
-ModelWeights AllocateWeights(const ModelConfig& c) {
-  auto zeros = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n), 0.0f); };
-  const int64_t h = c.hidden_size;
-  ModelWeights w;
-  w.embed = zeros(c.vocab_size * h);
-  w.final_norm = zeros(h);
-  if (!c.tie_word_embeddings) w.lm_head = zeros(c.vocab_size * h);
-  w.layers.resize(static_cast<size_t>(c.num_layers));
-  for (int64_t li = 0; li < c.num_layers; ++li) {
-    LayerWeights& lw = w.layers[static_cast<size_t>(li)];
-    lw.input_norm = zeros(h);
-    lw.post_norm = zeros(h);
-    if (c.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear) {
-      const int64_t cc = c.conv_channels(), vw = c.value_width(), nv = c.linear_value_heads;
-      lw.gdn.in_proj = zeros((cc + vw + 2 * nv) * h);
-      lw.gdn.conv = zeros(cc * c.conv_kernel);
-      lw.gdn.a_log = zeros(nv);
-      lw.gdn.dt_bias = zeros(nv);
-      lw.gdn.norm = zeros(c.linear_value_dim);
-      lw.gdn.out_proj = zeros(h * vw);
-    } else {
-      const int64_t hd = c.head_dim;
-      lw.attention.in_proj = zeros((2 * c.num_heads + 2 * c.num_kv_heads) * hd * h);
-      lw.attention.q_norm = zeros(hd);
-      lw.attention.k_norm = zeros(hd);
-      lw.attention.o_proj = zeros(h * c.num_heads * hd);
-    }
-    if (c.mlp_kinds[static_cast<size_t>(li)] == MlpKind::kMoe) {
-      lw.moe.router = zeros(c.num_experts * h);
-      for (int64_t e = 0; e < c.num_experts; ++e) {
-        lw.moe.experts.push_back(AllocateMlp(h, c.moe_intermediate_size));
-      }
-      if (c.shared_expert_intermediate_size > 0) {
-        lw.moe.shared = AllocateMlp(h, c.shared_expert_intermediate_size);
-        lw.moe.shared_gate = zeros(h);
-      }
-    } else {
-      lw.dense = AllocateMlp(h, c.intermediate_size);
-    }
-  }
-  return w;
+ModelWeights AllocateWeights(const ModelConfig& c, DType matrices) {
+  return MakeWeights(c, matrices, /*allocate=*/true);
 }
 
-Result<LoadedCheckpoint> ReadCheckpoint(const fs::path& dir) {
+std::string_view WeightsDTypeName(WeightsDType d) {
+  switch (d) {
+    case WeightsDType::kAuto: return "auto";
+    case WeightsDType::kF32: return "f32";
+    case WeightsDType::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+std::optional<WeightsDType> ParseWeightsDType(std::string_view name) {
+  if (name == "auto") return WeightsDType::kAuto;
+  if (name == "f32") return WeightsDType::kF32;
+  if (name == "bf16") return WeightsDType::kBf16;
+  return std::nullopt;
+}
+
+Result<LoadedCheckpoint> ReadCheckpoint(const fs::path& dir, const ReadOptions& options) {
   HYPIC_ASSIGN_OR_RETURN(std::string config_text, ReadTextFile(dir / "config.json"));
   auto config = ParseModelConfig(config_text);
   if (!config.ok()) return config.status().WithContext(dir.string());
@@ -284,7 +345,6 @@ Result<LoadedCheckpoint> ReadCheckpoint(const fs::path& dir) {
 
   LoadedCheckpoint out;
   out.config = std::move(config).value();
-  out.weights = AllocateWeights(out.config);
   bool packed = false;
   for (int64_t li = 0; li < out.config.num_layers; ++li) {
     if (out.config.mlp_kinds[static_cast<size_t>(li)] == MlpKind::kMoe) {
@@ -294,8 +354,23 @@ Result<LoadedCheckpoint> ReadCheckpoint(const fs::path& dir) {
       break;
     }
   }
+  // The matrices' precision: auto keeps bf16 when every tensor they come from is stored so
+  // (a layout over unallocated weights names the tensors without holding any data).
+  DType matrices = options.weights == WeightsDType::kBf16 ? DType::kBF16 : DType::kF32;
+  if (options.weights == WeightsDType::kAuto) {
+    bool all_bf16 = true;
+    ModelWeights names_only = MakeWeights(out.config, DType::kF32, /*allocate=*/false);
+    for (const auto& piece : BuildLayout(out.config, &names_only, packed)) {
+      HYPIC_ASSIGN_OR_RETURN(const SafetensorsTensorInfo* info, ckpt->Info(piece.name));
+      if (piece.moves.front().matrix && info->dtype != DType::kBF16) all_bf16 = false;
+    }
+    if (all_bf16) matrices = DType::kBF16;
+  }
+  out.weights = AllocateWeights(out.config, matrices);
   for (const auto& piece : BuildLayout(out.config, &out.weights, packed)) {
     HYPIC_RETURN_IF_ERROR(ReadPiece(*ckpt, piece));
+    HYPIC_ASSIGN_OR_RETURN(const SafetensorsTensorInfo* info, ckpt->Info(piece.name));
+    out.checkpoint_bytes += static_cast<size_t>(info->shape.NumElements()) * DTypeSize(info->dtype);
   }
   HYPIC_ASSIGN_OR_RETURN(out.fingerprint, Fingerprint(out.config, *ckpt));
   return out;
@@ -322,9 +397,10 @@ Status WriteCheckpoint(const fs::path& dir, const ModelConfig& config, const Mod
     const auto n = static_cast<size_t>(piece.shape.NumElements());
     HYPIC_ASSIGN_OR_RETURN(HostBuffer buf, HostBuffer::Allocate(n * esize, 64));
     for (const auto& m : piece.moves) {
-      ConvertElements(DType::kF32, m.dst->data() + m.dst_row * piece.cols, options.dtype,
-                      buf.data() + static_cast<size_t>(m.src_row * piece.cols) * esize,
-                      static_cast<size_t>(m.rows * piece.cols));
+      ConvertElements(
+          m.dtype, m.dst + static_cast<size_t>(m.dst_row * piece.cols) * DTypeSize(m.dtype),
+          options.dtype, buf.data() + static_cast<size_t>(m.src_row * piece.cols) * esize,
+          static_cast<size_t>(m.rows * piece.cols));
     }
     HYPIC_RETURN_IF_ERROR(writer.Add(piece.name, options.dtype, piece.shape, std::move(buf)));
   }

@@ -7,14 +7,17 @@
 // are interleaved by key head ([q_g | k_g | v_g.. | z_g..] per group g; b before a), its q_proj
 // by attention head ([query_h | gate_h]); Qwen3.5 keeps in_proj_qkv/z/b/a separate and packs the
 // experts as gate_up_proj [E, 2I, hidden] and down_proj [E, hidden, I] (per-expert tensors are
-// accepted as well). Weights may be F32, F16 or BF16; they become fp32 at load. Tensors the
+// accepted as well). Weights may be F32, F16 or BF16. The GEMM weights (weights.h) become fp32
+// at load, or stay bf16 (ReadOptions::weights); every other tensor becomes fp32. Tensors the
 // runtime does not use (vision tower, MTP head) are ignored but fingerprinted.
 //
 // Thread-compatible free functions.
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/dtype.h"
 #include "core/segment_key.h"
@@ -24,9 +27,21 @@
 
 namespace hypic::model {
 
+// The resident precision of the GEMM weights: kAuto keeps bf16 when every tensor they come
+// from is stored as BF16 (a bf16 checkpoint), else fp32; kBf16 rounds F32/F16 tensors to bf16.
+enum class WeightsDType : uint8_t { kAuto = 0, kF32 = 1, kBf16 = 2 };
+std::string_view WeightsDTypeName(WeightsDType dtype);  // "auto", "f32", "bf16"
+std::optional<WeightsDType> ParseWeightsDType(std::string_view name);
+
+struct ReadOptions {
+  WeightsDType weights = WeightsDType::kAuto;
+};
+
 struct LoadedCheckpoint {
   ModelConfig config;
   ModelWeights weights;
+  // Bytes of the checkpoint tensors the weights were read from, as stored.
+  size_t checkpoint_bytes = 0;
   // xxh3-128 over config.Canonical() and, for every tensor of the checkpoint in name order,
   // its name, dtype, shape and bytes as stored.
   ModelFingerprint fingerprint;
@@ -38,7 +53,8 @@ struct LoadedCheckpoint {
 //   kBadRequest                 a tensor with the wrong shape ("tensor NAME: expected shape
 //                               [..], found [..]") or a non-float dtype
 //   kCorruption                 a truncated or malformed safetensors file (from core)
-Result<LoadedCheckpoint> ReadCheckpoint(const std::filesystem::path& dir);
+Result<LoadedCheckpoint> ReadCheckpoint(const std::filesystem::path& dir,
+                                        const ReadOptions& options = {});
 
 struct WriteOptions {
   DType dtype = DType::kBF16;  // kF32, kF16 or kBF16
@@ -52,8 +68,8 @@ struct WriteOptions {
 Status WriteCheckpoint(const std::filesystem::path& dir, const ModelConfig& config,
                        const ModelWeights& weights, const WriteOptions& options = {});
 
-// Sizes every tensor of `weights` for `config` (zero-filled). The generator and the reader
-// start from this.
-ModelWeights AllocateWeights(const ModelConfig& config);
+// Sizes every tensor of `weights` for `config` (zero-filled), the GEMM weights in `matrices`
+// (kF32 or kBF16). The generator and the reader start from this.
+ModelWeights AllocateWeights(const ModelConfig& config, DType matrices = DType::kF32);
 
 }  // namespace hypic::model

@@ -1,14 +1,12 @@
 #include "gpu/model/cpu_kernels.h"
 
-#include <cblas.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <thread>
 #include <vector>
 
+#include "gpu/cpu/compute_threads.h"
+#include "gpu/cpu/gemm.h"
 #include "gpu/linear/linear_attention.h"
 #include "gpu/linear/linear_math.h"
 #include "gpu/linear/short_conv.h"
@@ -47,52 +45,9 @@ float LaneSum(const float* x, int64_t n) {
 
 }  // namespace
 
-std::atomic<int> g_threads{static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
-thread_local int t_threads = 0;  // the calling thread's ScopedComputeThreads; 0: none
-
-void SetComputeThreads(int threads) {
-  g_threads.store(std::max(1, threads));
-  openblas_set_num_threads(std::max(1, threads));
-}
-
-int ComputeThreads() { return t_threads > 0 ? t_threads : g_threads.load(); }
-
-ScopedComputeThreads::ScopedComputeThreads(int threads) : previous_(t_threads) {
-  t_threads = std::max(1, threads);
-}
-
-ScopedComputeThreads::~ScopedComputeThreads() { t_threads = previous_; }
-
-void ParallelFor(int64_t n, int64_t min_per_thread,
-                 const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t threads =
-      std::min<int64_t>(ComputeThreads(), n / std::max<int64_t>(min_per_thread, 1));
-  if (threads <= 1) {
-    if (n > 0) fn(0, n);
-    return;
-  }
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(threads - 1));
-  const int64_t per = (n + threads - 1) / threads;
-  for (int64_t t = 1; t < threads; ++t) {
-    const int64_t b = t * per, e = std::min(n, b + per);
-    if (b < e) pool.emplace_back([&fn, b, e] { fn(b, e); });
-  }
-  fn(0, std::min(n, per));
-  for (auto& th : pool) th.join();
-}
-
-void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
-          float* y, int64_t ldy, bool accumulate) {
-  if (m <= 0 || n <= 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0f, x, static_cast<int>(ldx), w, static_cast<int>(ldw),
-              accumulate ? 1.0f : 0.0f, y, static_cast<int>(ldy));
-}
-
 void RmsNormZeroCentred(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
                         int64_t rows, int64_t dim, float eps) {
-  ParallelFor(rows, 64, [&](int64_t r0, int64_t r1) {
+  cpu::ParallelFor(rows, 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) RmsNormZeroCentredRow(x + r * ldx, w, y + r * ldy, dim, eps);
   });
 }
@@ -105,7 +60,7 @@ void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_d
   for (int64_t i = 0; i < half; ++i) {
     inv_freq[static_cast<size_t>(i)] = RopeInvFreq(theta, i, rotary_dim);
   }
-  ParallelFor(rows, 256, [&](int64_t r0, int64_t r1) {
+  cpu::ParallelFor(rows, 256, [&](int64_t r0, int64_t r1) {
     std::vector<float> cs(static_cast<size_t>(2 * half));
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t i = 0; i < half; ++i) {
@@ -136,11 +91,9 @@ void CausalAttention(const AttentionShape& shape, const float* q, const float* k
     scores.resize(static_cast<size_t>(tile * keys));
     for (int64_t h = 0; h < shape.heads; ++h) {
       const int64_t g = h / group;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(tile),
-                  static_cast<int>(keys), static_cast<int>(hd), scale, q + r0 * ldq + h * hd,
-                  static_cast<int>(ldq), k + g * hd, static_cast<int>(ldk), 0.0f, scores.data(),
-                  static_cast<int>(keys));
-      ParallelFor(tile, std::max<int64_t>(1, 8192 / keys), [&](int64_t i0, int64_t i1) {
+      cpu::GemmAnyShape(cpu::Trans::kNo, cpu::Trans::kYes, tile, keys, hd, scale,
+                        q + r0 * ldq + h * hd, ldq, k + g * hd, ldk, 0.0f, scores.data(), keys);
+      cpu::ParallelFor(tile, std::max<int64_t>(1, 8192 / keys), [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
           float* row = scores.data() + i * keys;
           const int64_t valid = pos0 + r0 + i + 1;
@@ -151,10 +104,8 @@ void CausalAttention(const AttentionShape& shape, const float* q, const float* k
           std::fill(row + valid, row + keys, 0.0f);
         }
       });
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(tile),
-                  static_cast<int>(hd), static_cast<int>(keys), 1.0f, scores.data(),
-                  static_cast<int>(keys), v + g * hd, static_cast<int>(ldk), 0.0f,
-                  out + r0 * ldq + h * hd, static_cast<int>(ldq));
+      cpu::GemmAnyShape(cpu::Trans::kNo, cpu::Trans::kNo, tile, hd, keys, 1.0f, scores.data(), keys,
+                        v + g * hd, ldk, 0.0f, out + r0 * ldq + h * hd, ldq);
     }
   }
 }
@@ -166,17 +117,29 @@ float* CpuForwardKernels::Scratch(int slot, int64_t n) {
   return v.data();
 }
 
-void CpuForwardKernels::Embed(const float* table, std::span<const uint32_t> tokens, int64_t dim,
+void CpuForwardKernels::Embed(DeviceWeight table, std::span<const uint32_t> tokens, int64_t dim,
                               float* x) {
   for (size_t r = 0; r < tokens.size(); ++r) {
-    std::memcpy(x + static_cast<int64_t>(r) * dim, table + static_cast<int64_t>(tokens[r]) * dim,
-                static_cast<size_t>(dim) * sizeof(float));
+    const auto row = static_cast<int64_t>(tokens[r]) * dim;
+    ConvertElements(table.dtype,
+                    static_cast<const std::byte*>(table.data) +
+                        static_cast<size_t>(row) * DTypeSize(table.dtype),
+                    DType::kF32, x + static_cast<int64_t>(r) * dim, static_cast<size_t>(dim));
   }
 }
 
 void CpuForwardKernels::Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx,
-                             const float* w, int64_t ldw, float* y, int64_t ldy, bool accumulate) {
-  model::Gemm(m, n, k, x, ldx, w, ldw, y, ldy, accumulate);
+                             DeviceWeight w, int64_t ldw, float* y, int64_t ldy, bool accumulate) {
+  const float beta = accumulate ? 1.0f : 0.0f;
+  if (w.dtype != DType::kBF16) {
+    cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, m, n, k, 1.0f, x, ldx,
+              static_cast<const float*>(w.data), ldw, beta, y, ldy);
+    return;
+  }
+  x_bf16_.resize(static_cast<size_t>(m * k));
+  cpu::ConvertRowsToBf16(x, ldx, m, k, x_bf16_.data(), k);
+  cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, m, n, k, 1.0f, x_bf16_.data(), k,
+            static_cast<const uint16_t*>(w.data), ldw, beta, y, ldy);
 }
 
 void CpuForwardKernels::RmsNorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
@@ -186,7 +149,7 @@ void CpuForwardKernels::RmsNorm(const float* x, int64_t ldx, const float* w, flo
 
 void CpuForwardKernels::GatedRmsNorm(float* o, const float* z, int64_t ldz, const float* w,
                                      int64_t rows, int64_t heads, int64_t dim, float eps) {
-  ParallelFor(rows, 64, [&](int64_t t0, int64_t t1) {
+  cpu::ParallelFor(rows, 64, [&](int64_t t0, int64_t t1) {
     for (int64_t r = t0; r < t1; ++r) {
       for (int64_t hh = 0; hh < heads; ++hh) {
         GatedRmsNormRow(o + (r * heads + hh) * dim, z + r * ldz + hh * dim, w, dim, eps);
@@ -221,7 +184,7 @@ void CpuForwardKernels::CausalConv(const linear::ConvShape& shape, const float* 
 void CpuForwardKernels::GdnInputs(const GdnInputArgs& a) {
   const int64_t nk = a.key_heads, nv = a.value_heads, dk = a.dk, vw = nv * a.dv;
   const int64_t ch = 2 * nk * dk + vw;
-  ParallelFor(a.rows, 64, [&](int64_t t0, int64_t t1) {
+  cpu::ParallelFor(a.rows, 64, [&](int64_t t0, int64_t t1) {
     for (int64_t r = t0; r < t1; ++r) {
       const float* m = a.mixed + r * ch;
       for (int64_t i = 0; i < nk; ++i) {
@@ -263,7 +226,7 @@ void CpuForwardKernels::Attention(const AttentionShape& shape, const float* q, c
 
 void CpuForwardKernels::SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows,
                                     int64_t cols) {
-  ParallelFor(rows, 64, [&](int64_t t0, int64_t t1) {
+  cpu::ParallelFor(rows, 64, [&](int64_t t0, int64_t t1) {
     for (int64_t r = t0; r < t1; ++r) {
       const float* g = gate + r * ldg;
       float* o = out + r * cols;
@@ -273,7 +236,7 @@ void CpuForwardKernels::SigmoidGate(float* out, const float* gate, int64_t ldg, 
 }
 
 void CpuForwardKernels::SwiGlu(float* gu, int64_t rows, int64_t im) {
-  ParallelFor(rows, 32, [&](int64_t t0, int64_t t1) {
+  cpu::ParallelFor(rows, 32, [&](int64_t t0, int64_t t1) {
     for (int64_t r = t0; r < t1; ++r) SwiGluRow(gu + r * 2 * im, im);
   });
 }

@@ -1,18 +1,12 @@
-// The CPU building blocks of the forward pass: sgemm against nn.Linear weights, the two RMSNorm
-// variants, RoPE, causal GQA attention blocked over sgemm, a small fork-join ParallelFor, and
-// CpuForwardKernels, the CPU backend of Model::Pass (forward_kernels.h) built from them. The
-// per-element math (FastExp, SiLU, norms, ...) is forward_math.h's, shared with the CUDA kernels.
+// The CPU building blocks of the forward pass: GEMMs against nn.Linear weights, the two
+// RMSNorm variants, RoPE, causal GQA attention blocked over GEMMs, and CpuForwardKernels, the
+// CPU backend of Model::Pass (forward_kernels.h) built from them. The per-element math
+// (FastExp, SiLU, norms, ...) is forward_math.h's, shared with the CUDA kernels.
 //
-// All buffers are fp32, row-major, caller-owned. Threading: Gemm uses OpenBLAS's own threads;
-// everything else splits rows over ParallelFor. Functions are thread-compatible (no state other
-// than OpenBLAS's pool); a CpuForwardKernels belongs to one pass.
-//
-// Thread budget: ParallelFor uses ComputeThreads(), the calling thread's ScopedComputeThreads
-// override when one is active, else the process-wide SetComputeThreads value. OpenBLAS's pool
-// is process-wide in Debian's 0.3.21 (openblas_set_num_threads is global and there is no
-// per-call or per-thread count), so a scoped budget cannot shrink it: SetComputeThreads sets
-// it, and a process running many 1-thread workers (gpu/runtime) should call
-// SetComputeThreads(1) at startup so that sgemm also runs on the calling thread.
+// All buffers are fp32, row-major, caller-owned. Threading: every GEMM (gpu/cpu/gemm.h) and
+// every row loop (gpu/cpu/compute_threads.h's ParallelFor) uses the calling thread's compute
+// budget, cpu::ComputeThreads(). Functions are thread-compatible; a CpuForwardKernels belongs
+// to one pass.
 #pragma once
 
 #include <cstdint>
@@ -24,35 +18,6 @@
 #include "gpu/model/forward_math.h"
 
 namespace hypic::model {
-
-// Sets the threads every pass uses: OpenBLAS's pool and ParallelFor (default: the hardware's
-// thread count). Process-wide; meant for startup and benchmarks, not for concurrent change.
-void SetComputeThreads(int threads);
-// The calling thread's budget: its innermost ScopedComputeThreads, else the process-wide value.
-int ComputeThreads();
-
-// Overrides ComputeThreads() on the constructing thread until destroyed (nests; restores the
-// previous override). A runtime worker with a 1-thread budget makes its passes' ParallelFor run
-// inline. Does not change OpenBLAS's pool (see above). Not movable; destroy on the same thread.
-class ScopedComputeThreads {
- public:
-  explicit ScopedComputeThreads(int threads);
-  ~ScopedComputeThreads();
-  ScopedComputeThreads(const ScopedComputeThreads&) = delete;
-  ScopedComputeThreads& operator=(const ScopedComputeThreads&) = delete;
-
- private:
-  int previous_;
-};
-
-// Calls fn(begin, end) on disjoint ranges covering [0, n), on up to ComputeThreads() threads
-// (the caller's thread takes one range). Runs inline when n < min_per_thread * 2.
-void ParallelFor(int64_t n, int64_t min_per_thread,
-                 const std::function<void(int64_t, int64_t)>& fn);
-
-// y[m, n] = x[m, k] * w[n, k]^T (+ y when accumulate). Leading dimensions in elements.
-void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
-          float* y, int64_t ldy, bool accumulate = false);
 
 // Zero-centred RMSNorm of Qwen3-Next: y = x / rms(x) * (1 + w), per row of `dim` elements.
 // x and y may alias. Row strides ldx, ldy.
@@ -76,14 +41,15 @@ class CpuForwardKernels final : public ForwardKernels {
  public:
   float* Scratch(int slot, int64_t n) override;
   const float* Weight(const std::vector<float>& host) override { return host.data(); }
+  DeviceWeight Weight(const WeightTensor& host) override { return {host.dtype(), host.data()}; }
   const float* Input(const float* host, int64_t) override { return host; }
   float* Mirror(float* host, int64_t, bool) override { return host; }
   const float* ToHost(const float* data, int64_t, std::vector<float>*) override { return data; }
   Status Finish() override { return status_; }
   Status status() const override { return status_; }
 
-  void Embed(const float* table, std::span<const uint32_t> tokens, int64_t dim, float* x) override;
-  void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
+  void Embed(DeviceWeight table, std::span<const uint32_t> tokens, int64_t dim, float* x) override;
+  void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, DeviceWeight w,
             int64_t ldw, float* y, int64_t ldy, bool accumulate) override;
   void RmsNorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy, int64_t rows,
                int64_t dim, float eps) override;
@@ -115,6 +81,7 @@ class CpuForwardKernels final : public ForwardKernels {
 
  private:
   std::vector<std::vector<float>> scratch_;
+  std::vector<uint16_t> x_bf16_;  // a bf16 GEMM's activations
   Status status_;
 };
 

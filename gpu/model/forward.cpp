@@ -119,7 +119,7 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits) {
 
   const int64_t first = all_logits ? 0 : rows - 1, n_out = rows - first;
   k.RmsNorm(x + first * h, h, Weight(w.final_norm), xn, h, n_out, h, eps);
-  const std::vector<float>& head = c.tie_word_embeddings ? w.embed : w.lm_head;
+  const WeightTensor& head = c.tie_word_embeddings ? w.embed : w.lm_head;
   logits->assign(static_cast<size_t>(n_out * c.vocab_size), 0.0f);
   float* out = k.Mirror(logits->data(), n_out * c.vocab_size, /*read=*/false);
   k.Gemm(n_out, c.vocab_size, h, xn, h, Weight(head), h, out, c.vocab_size);

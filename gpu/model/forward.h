@@ -94,6 +94,7 @@ class Model::Pass {
   float* Scratch(ScratchSlot slot, int64_t n);
 
   const float* Weight(const std::vector<float>& w) { return kernels_->Weight(w); }
+  DeviceWeight Weight(const WeightTensor& w) { return kernels_->Weight(w); }
 
   const Model& model_;
   ModelState& state_;

@@ -33,6 +33,16 @@
 
 namespace hypic::model {
 
+// A GEMM weight in the backend's memory: fp32 elements or bf16 bits (weights.h). A plain fp32
+// pointer converts to one.
+struct DeviceWeight {
+  DType dtype = DType::kF32;
+  const void* data = nullptr;
+  DeviceWeight() = default;
+  DeviceWeight(const float* f32) : data(f32) {}  // NOLINT: implicit by design
+  DeviceWeight(DType t, const void* d) : dtype(t), data(d) {}
+};
+
 // Causal GQA attention: query head h reads kv head h / (heads / kv_heads).
 struct AttentionShape {
   int64_t heads = 0;
@@ -64,8 +74,10 @@ class ForwardKernels {
   // --- memory ---
   // A working buffer of at least n floats for `slot` (grown, never shrunk; garbage contents).
   virtual float* Scratch(int slot, int64_t n) = 0;
-  // The backend's copy of one weight of the model this kernels object was made for.
+  // The backend's copy of one weight of the model this kernels object was made for: fp32
+  // vectors, and the GEMM weights in the precision the backend keeps them in.
   virtual const float* Weight(const std::vector<float>& host) = 0;
+  virtual DeviceWeight Weight(const WeightTensor& host) = 0;
   // Host data the pass only reads; valid until Finish.
   virtual const float* Input(const float* host, int64_t n) = 0;
   // Host data the pass updates (`read`: its current contents are needed) or only writes; the
@@ -77,12 +89,13 @@ class ForwardKernels {
   virtual Status Finish() = 0;
   virtual Status status() const = 0;
 
-  // --- steps (all buffers fp32 row-major; ld* are row strides in elements) ---
-  // x[r] = table[tokens[r]], rows of `dim`.
-  virtual void Embed(const float* table, std::span<const uint32_t> tokens, int64_t dim,
+  // --- steps (all buffers fp32 row-major but GEMM weights; ld* are row strides in elements) ---
+  // x[r] = table[tokens[r]] widened to fp32, rows of `dim`.
+  virtual void Embed(DeviceWeight table, std::span<const uint32_t> tokens, int64_t dim,
                      float* x) = 0;
-  // y[m, n] = x[m, k] * w[n, k]^T (+ y when accumulate).
-  virtual void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
+  // y[m, n] = x[m, k] * w[n, k]^T (+ y when accumulate). With bf16 weights x is rounded to
+  // bf16 and the products accumulate in fp32.
+  virtual void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, DeviceWeight w,
                     int64_t ldw, float* y, int64_t ldy, bool accumulate = false) = 0;
   // Zero-centred RMSNorm per row; x and y may alias.
   virtual void RmsNorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,

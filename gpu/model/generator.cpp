@@ -27,7 +27,10 @@ class Filler {
  public:
   explicit Filler(uint64_t seed) : seed_(seed) {}
 
-  // Uniform with the given mean and standard deviation.
+  // Uniform with the given mean and standard deviation (fp32 weights, as generated).
+  void Uniform(const std::string& name, WeightTensor& t, double mean, double stddev) {
+    Uniform(name, t.f32(), mean, stddev);
+  }
   void Uniform(const std::string& name, std::vector<float>& v, double mean, double stddev) {
     const uint64_t stream = Stream(name);
     const double half_width = stddev * std::sqrt(3.0);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/hash.h"
 #include "gpu/model/checkpoint.h"
 #include "gpu/model/forward.h"
 #include "gpu/model/forward_kernels.h"
@@ -56,10 +57,12 @@ Result<ComposeMode> ComposeModeFromName(std::string_view name) {
   return BadRequest(fmt::format("unknown mode '{}' (want full, naive, hypic or oracle)", name));
 }
 
-Model::Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerprint)
+Model::Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerprint,
+             size_t checkpoint_bytes)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       fingerprint_(fingerprint),
+      checkpoint_bytes_(checkpoint_bytes),
       device_cache_(std::make_shared<DeviceContextCache>()) {}
 
 ModelState Model::EmptyState() const {
@@ -218,7 +221,8 @@ Result<ComposeResult> Model::ComposeAfter(ModelState& state, std::span<const Com
 }
 
 Result<std::shared_ptr<const Model>> LoadModel(std::string_view spec,
-                                               const std::filesystem::path& cache_dir) {
+                                               const std::filesystem::path& cache_dir,
+                                               const ReadOptions& options) {
   std::filesystem::path dir{std::string(spec)};
   constexpr std::string_view kBuiltin = "builtin:";
   if (spec.substr(0, kBuiltin.size()) == kBuiltin) {
@@ -229,9 +233,17 @@ Result<std::shared_ptr<const Model>> LoadModel(std::string_view spec,
     if (ec) return IoError(fmt::format("cannot create {}: {}", cache.string(), ec.message()));
     HYPIC_ASSIGN_OR_RETURN(dir, EnsureBuiltinModel(spec.substr(kBuiltin.size()), cache));
   }
-  HYPIC_ASSIGN_OR_RETURN(LoadedCheckpoint ckpt, ReadCheckpoint(dir));
-  return std::make_shared<const Model>(std::move(ckpt.config), std::move(ckpt.weights),
-                                       ckpt.fingerprint);
+  HYPIC_ASSIGN_OR_RETURN(LoadedCheckpoint ckpt, ReadCheckpoint(dir, options));
+  ModelFingerprint fingerprint = ckpt.fingerprint;
+  if (ckpt.weights.embed.dtype() == DType::kBF16) {
+    Xxh3_128Stream s;
+    s.UpdateU64(fingerprint.lo);
+    s.UpdateU64(fingerprint.hi);
+    s.UpdateString("weights_dtype=bf16");
+    fingerprint = s.Digest();
+  }
+  return std::make_shared<const Model>(std::move(ckpt.config), std::move(ckpt.weights), fingerprint,
+                                       ckpt.checkpoint_bytes);
 }
 
 }  // namespace hypic::model

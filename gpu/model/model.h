@@ -48,6 +48,7 @@
 #include "core/segment_entry.h"
 #include "core/segment_key.h"
 #include "core/status.h"
+#include "gpu/model/checkpoint.h"
 #include "gpu/model/compute_device.h"
 #include "gpu/model/config.h"
 #include "gpu/model/weights.h"
@@ -125,10 +126,18 @@ struct ComposeResult {
 
 class Model {
  public:
-  Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerprint);
+  // checkpoint_bytes: the bytes of the checkpoint tensors the weights came from (0: none).
+  Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerprint,
+        size_t checkpoint_bytes = 0);
 
   const ModelConfig& config() const { return config_; }
+  // The checkpoint's fingerprint, folded with the GEMM weights' precision when that is bf16:
+  // entries computed in another precision never share a key.
   const ModelFingerprint& fingerprint() const { return fingerprint_; }
+  // The GEMM weights' resident precision (kF32 or kBF16) and every weight's resident bytes.
+  DType weights_dtype() const { return weights_.embed.dtype(); }
+  size_t resident_weight_bytes() const { return weights_.ResidentBytes(); }
+  size_t checkpoint_bytes() const { return checkpoint_bytes_; }
 
   // kBadRequest on an empty prompt or a token >= vocab.
   Result<PrefillResult> FullPrefill(std::span<const uint32_t> tokens,
@@ -171,13 +180,16 @@ class Model {
   ModelConfig config_;
   ModelWeights weights_;
   ModelFingerprint fingerprint_;
+  size_t checkpoint_bytes_;
   // Per-device contexts (weights uploaded on first use); shared so the type stays opaque here.
   std::shared_ptr<DeviceContextCache> device_cache_;
 };
 
 // Loads `spec`: a model directory (config.json + safetensors), or "builtin:NAME" for a preset
-// generated into `cache_dir` on first use (generator.h). Errors from ReadCheckpoint.
+// generated into `cache_dir` on first use (generator.h; a bf16 checkpoint). Errors from
+// ReadCheckpoint.
 Result<std::shared_ptr<const Model>> LoadModel(std::string_view spec,
-                                               const std::filesystem::path& cache_dir = {});
+                                               const std::filesystem::path& cache_dir = {},
+                                               const ReadOptions& options = {});
 
 }  // namespace hypic::model

@@ -4,7 +4,7 @@
 #include <optional>
 #include <utility>
 
-#include "gpu/model/cpu_kernels.h"
+#include "gpu/cpu/compute_threads.h"
 
 namespace hypic::runtime {
 
@@ -55,7 +55,7 @@ PrefillJob MakeSegmentJob(std::shared_ptr<const model::Model> model, std::vector
   job.compute = [model = std::move(model), tokens = std::move(tokens),
                  options](const WorkerContext& ctx) -> Result<EntryPtr> {
     // The worker's share of the cores: its passes' own helper threads stay within it.
-    model::ScopedComputeThreads threads(ctx.blas_threads);
+    cpu::ScopedComputeThreads threads(ctx.compute_threads);
     // On the worker's device (the key does not depend on it: entries are host values).
     model::SegmentOptions on_worker = options;
     on_worker.device = model::ComputeDevice{ctx.kind, ctx.device};
@@ -139,11 +139,11 @@ Result<model::ComposeResult> ColdCompose(MissScheduler& scheduler,
   ColdComposeReport r;
   r.misses = jobs.size();
   model::ComposeResult result;
-  // The combine computes with a CPU worker's budget, which is also the process's BLAS thread
-  // count: ParallelFor threads beyond the BLAS threads made Compose 2.2x slower here (two
-  // against one), and more threads for the step after the last arrival, when the workers are
-  // idle, did not pay either (docs/benchmarks.md, issue 7).
-  std::optional<model::ScopedComputeThreads> threads;
+  // The combine computes with a CPU worker's budget: more threads than a worker's made Compose
+  // 2.2x slower here while the workers ran (two against one), and more threads for the step
+  // after the last arrival, when the workers are idle, did not pay either (docs/benchmarks.md,
+  // issue 7).
+  std::optional<cpu::ScopedComputeThreads> threads;
   if (scheduler.cpu_budget() > 0) threads.emplace(scheduler.cpu_budget());
   if (jobs.empty()) {
     const Clock::time_point t1 = Clock::now();

@@ -25,7 +25,7 @@ struct WorkerContext {
   int device = 0;
   gpu::Backend* backend = nullptr;  // never null inside a job
   gpu::Stream* stream = nullptr;    // the worker's own stream; never null inside a job
-  int blas_threads = 1;             // the BLAS threads this worker may use (see worker.h)
+  int compute_threads = 1;          // the compute threads this worker may use (see worker.h)
 };
 
 struct PrefillJob {

@@ -1,6 +1,5 @@
 #include "gpu/runtime/worker.h"
 
-#include <cblas.h>
 #include <fmt/format.h>
 #include <time.h>
 
@@ -53,7 +52,7 @@ int HardwareThreads() { return std::max(1, static_cast<int>(std::thread::hardwar
 WorkerPool::WorkerPool(std::vector<std::unique_ptr<Worker>> workers)
     : workers_(std::move(workers)) {
   for (const auto& w : workers_) {
-    if (w->context().kind == gpu::BackendKind::kCpu) cpu_budget_ = w->context().blas_threads;
+    if (w->context().kind == gpu::BackendKind::kCpu) cpu_budget_ = w->context().compute_threads;
   }
 }
 
@@ -76,8 +75,6 @@ Result<std::unique_ptr<WorkerPool>> WorkerPool::Create(const PoolOptions& option
   if (cpu_workers > 0) {
     const int threads = options.cpu_threads > 0 ? options.cpu_threads : HardwareThreads();
     const int budget = std::max(1, threads / cpu_workers);
-    // Process-global (see the header): this is what enforces the per-worker budget.
-    openblas_set_num_threads(budget);
     gpu::Backend& cpu = gpu::CpuBackend();
     for (int i = 0; i < cpu_workers; ++i) {
       HYPIC_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Stream> stream, cpu.CreateStream(0));

@@ -6,12 +6,11 @@
 // PREFILL over our protocol): such a worker implements Execute by sending the job's segment to
 // its peer and parsing the returned entry; nothing above this interface changes.
 //
-// BLAS thread budget (CPU mode). OpenBLAS's thread count is process-global
-// (openblas_set_num_threads), so it cannot be set per worker thread. The pool therefore
-// enforces the budget globally: with N CPU workers on C cores it sets OpenBLAS to
-// max(1, C / N) threads at creation, so N concurrent workers use about C cores in total;
-// parallelism comes from the number of workers. Each WorkerContext reports its budget so a
-// job that runs its own threads (e.g. attention heads) can size them the same way.
+// Compute-thread budget (CPU mode): with N CPU workers on C cores each worker gets
+// max(1, C / N) threads, so N concurrent workers use about C cores in total; parallelism comes
+// from the number of workers. Each WorkerContext carries its budget, and a job runs under it
+// (cpu::ScopedComputeThreads), which bounds the job's GEMMs and row loops alike: the budget is
+// per thread (gpu/cpu/compute_threads.h), so nothing process-wide is set.
 //
 // Thread-safety: a Worker is driven by one thread at a time (the scheduler gives each worker
 // its own thread). The pool is immutable after Create and may be read from any thread.
@@ -43,20 +42,19 @@ struct PoolOptions {
   gpu::BackendKind kind = gpu::BackendKind::kCpu;
   // kCpu: 0 = one per hardware thread. kCuda: CPU workers beside the GPUs (0 = none).
   int cpu_workers = 0;
-  // Total BLAS threads shared by the CPU workers; 0 = the hardware threads.
+  // Total compute threads shared by the CPU workers; 0 = the hardware threads.
   int cpu_threads = 0;
 };
 
 class WorkerPool {
  public:
-  // Builds the workers and (CPU mode) sets the process-wide BLAS thread count.
+  // Builds the workers.
   static Result<std::unique_ptr<WorkerPool>> Create(const PoolOptions& options);
   // A pool over workers made elsewhere (remote workers, test doubles).
   explicit WorkerPool(std::vector<std::unique_ptr<Worker>> workers);
 
   size_t size() const { return workers_.size(); }
-  // The compute threads of one CPU worker (the process-wide BLAS count the pool set); 0 when
-  // the pool has no CPU worker.
+  // The compute threads of one CPU worker; 0 when the pool has no CPU worker.
   int cpu_budget() const { return cpu_budget_; }
   Worker& worker(size_t i) { return *workers_[i]; }
   const Worker& worker(size_t i) const { return *workers_[i]; }

@@ -103,7 +103,13 @@ nlohmann::json Stats(RawConn& conn) {
 }
 
 TEST_CASE("COMPOSE mode prefix is exact and reuses identical leading parts") {
-  auto d = Daemon::Start();
+  // On the f32 path: there a checkpointed prefix differs from a full recompute only by fp32
+  // summation order (GEMM row blocks), which the 1e-4 bound holds. bf16 activations turn such
+  // last-bit differences into bf16 roundings of the next layer's inputs; the model tests bound
+  // that path relative to the logits' scale (compose_test.cpp).
+  DaemonOptions options;
+  options.args = {"--weights-dtype", "f32"};
+  auto d = Daemon::Start(options);
   REQUIRE_OK(d);
   auto conn = RawConn::TcpHello((*d)->port());
   REQUIRE_OK(conn);

@@ -5,14 +5,14 @@
 //     of the last token;
 //   - SegmentPrefill with and without building (T, S(C|0)) -> the T overhead in percent;
 //   - entry bytes per segment;
-//   - full-prefill tokens/s and GFLOP/s against an sgemm peak measured in the same run.
+//   - full-prefill tokens/s and GFLOP/s against the fp32 and bf16 GEMM peaks measured in the
+//     same run (gemm_peak.h).
 //
 //   hypic-bench compose --model DIR|builtin:small [--segments 16] [--segment-len 1024]
 //       [--suffix 32] [--seam 8] [--modes full,naive,hypic,oracle] [--reps 3] [--json]
 //       [--device cpu|cuda[:N]]
 // Every pass runs on --device (exit 2 when CUDA is not built or the device is absent); the
-// sgemm peak is always the CPU's. On CUDA the CPU-time columns are the host's share only.
-#include <cblas.h>
+// GEMM peaks are always the CPU's. On CUDA the CPU-time columns are the host's share only.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,10 +25,11 @@
 #include <thread>
 #include <vector>
 
-#include "gpu/model/cpu_kernels.h"
+#include "gpu/cpu/compute_threads.h"
 #include "gpu/model/model.h"
 #include "tools/common/subcommand.h"
 #include "tools/hypic-bench/bench_timing.h"
+#include "tools/hypic-bench/gemm_peak.h"
 
 namespace hypic::tools {
 namespace {
@@ -58,19 +59,6 @@ struct Options {
 template <typename Fn>
 Timing Median(int reps, Fn&& fn) {
   return MedianTiming(reps, CpuClock::kProcess, std::forward<Fn>(fn));
-}
-
-// OpenBLAS sgemm at n = 2048 (TARGETS.md's "sgemm peak" measurement), median of 3; FLOPs per
-// wall second and per CPU second.
-Timing SgemmPeakGflops() {
-  constexpr int n = 2048;
-  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a), c(a.size());
-  const Timing t = Median(3, [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
-                0.0f, c.data(), n);
-  });
-  const double flop = 2.0 * n * n * n;
-  return {flop / t.wall / 1e9, flop / t.cpu / 1e9};
 }
 
 // Matmul FLOPs of a full prefill of T tokens with last-row logits: every projection, the routed
@@ -128,7 +116,7 @@ double Kl(const std::vector<float>& p_logits, const std::vector<float>& q_logits
 }
 
 int Run(const Options& opt) {
-  if (opt.threads > 0) model::SetComputeThreads(opt.threads);
+  if (opt.threads > 0) cpu::SetComputeThreads(opt.threads);
   auto device = model::ParseComputeDevice(opt.device);
   Status device_ok = device.ok() ? model::CheckComputeDevice(*device) : device.status();
   if (!device_ok.ok()) {
@@ -182,9 +170,10 @@ int Run(const Options& opt) {
         "hypic-bench compose: {} ({} params), {} x {} tokens + {} suffix = {} tokens, "
         "seam {}, {} threads, device {}, median of {}\n",
         opt.model, m.config().ParameterCount(), opt.segments, opt.segment_len, opt.suffix, total,
-        opt.seam, model::ComputeThreads(), model::ComputeDeviceName(dev), opt.reps);
+        opt.seam, cpu::ComputeThreads(), model::ComputeDeviceName(dev), opt.reps);
   }
-  const Timing peak = SgemmPeakGflops();
+  const GemmPeaks peaks = MeasureGemmPeaks();
+  if (!opt.json) fmt::print("gemm: {}\n", peaks.kernels);
 
   // The reference: full prefill (always run, every other mode is compared with it).
   std::vector<float> full_logits;
@@ -267,7 +256,8 @@ int Run(const Options& opt) {
     j["seam"] = opt.seam;
     j["tokens"] = total;
     j["reps"] = opt.reps;
-    j["threads"] = model::ComputeThreads();
+    j["threads"] = cpu::ComputeThreads();
+    j["gemm"] = peaks.kernels;
     j["device"] = model::ComputeDeviceName(dev);
     for (const ModeResult& r : results) {
       j["modes"][std::string(model::ComposeModeName(r.mode))] = {
@@ -292,10 +282,12 @@ int Run(const Options& opt) {
                          {"tokens_per_cpu_s", static_cast<double>(total) / full.cpu},
                          {"gflops", gflops.wall},
                          {"gflops_per_cpu_s", gflops.cpu},
-                         {"sgemm_peak_gflops", peak.wall},
-                         {"sgemm_peak_gflops_per_cpu_s", peak.cpu},
-                         {"fraction_of_peak", gflops.wall / peak.wall},
-                         {"fraction_of_peak_cpu", gflops.cpu / peak.cpu}};
+                         {"f32_gemm_peak_gflops", peaks.f32.wall},
+                         {"bf16_gemm_peak_gflops", peaks.bf16.wall},
+                         {"f32_gemm_peak_gflops_per_cpu_s", peaks.f32.cpu},
+                         {"bf16_gemm_peak_gflops_per_cpu_s", peaks.bf16.cpu},
+                         {"fraction_of_f32_peak", gflops.wall / peaks.f32.wall},
+                         {"fraction_of_bf16_peak", gflops.wall / peaks.bf16.wall}};
     fmt::print("{}\n", j.dump(2));
     return kExitOk;
   }
@@ -315,11 +307,13 @@ int Run(const Options& opt) {
       with_t.wall / t_segs * 1e3, with_t.cpu / t_segs * 1e3, t_overhead_wall, t_overhead_cpu);
   fmt::print("entry bytes per segment: {} ({:.2f} MiB)\n", entry_bytes, entry_bytes / 1048576.0);
   fmt::print(
-      "full prefill: {:.0f} tokens/s ({:.0f} per CPU-s), {:.1f} GFLOP/s = {:.0f}% of the "
-      "sgemm peak {:.1f} GFLOP/s; per CPU-s {:.1f} of {:.1f} = {:.0f}%\n",
+      "full prefill: {:.0f} tokens/s ({:.0f} per CPU-s), {:.1f} GFLOP/s = {:.0f}% of the f32 "
+      "GEMM peak {:.1f} GFLOP/s, {:.0f}% of the bf16 peak {:.1f} (per CPU-s {:.1f}: {:.0f}% / "
+      "{:.0f}%)\n",
       static_cast<double>(total) / full.wall, static_cast<double>(total) / full.cpu, gflops.wall,
-      100.0 * gflops.wall / peak.wall, peak.wall, gflops.cpu, peak.cpu,
-      100.0 * gflops.cpu / peak.cpu);
+      100.0 * gflops.wall / peaks.f32.wall, peaks.f32.wall, 100.0 * gflops.wall / peaks.bf16.wall,
+      peaks.bf16.wall, gflops.cpu, 100.0 * gflops.cpu / peaks.f32.cpu,
+      100.0 * gflops.cpu / peaks.bf16.cpu);
   return kExitOk;
 }
 
@@ -341,7 +335,7 @@ const bool kRegistered = RegisterSubcommand(
       sub.add_option("--t-segments", opt->t_segments, "Segments timed for the T overhead")
           ->capture_default_str();
       sub.add_option("--seed", opt->seed, "Token seed")->capture_default_str();
-      sub.add_option("--threads", opt->threads, "Compute threads (OpenBLAS and kernels); 0: all")
+      sub.add_option("--threads", opt->threads, "Compute threads (GEMMs and kernels); 0: all")
           ->capture_default_str();
       sub.add_flag("--json", opt->json, "Print one JSON object");
       sub.add_option("--device", opt->device, "cpu, cuda or cuda:N")->capture_default_str();

@@ -6,7 +6,6 @@
 //   - bytes per cache entry and layer, fp32 against bf16, with the state error bf16 storage
 //     costs.
 // Medians of --reps runs; inputs are seeded and realistic (normalised q/k, GDN-like gates).
-#include <cblas.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,6 +17,8 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "gpu/cpu/compute_threads.h"
+#include "gpu/cpu/gemm.h"
 #include "gpu/linear/linear_attention.h"
 #include "tools/common/subcommand.h"
 #include "tools/hypic-bench/bench_timing.h"
@@ -40,7 +41,7 @@ struct Options {
   int chunk = 64;
   int reps = 3;
   int compose_reps = 50;
-  int blas_threads = 1;
+  int compute_threads = 1;
 };
 
 struct Data {
@@ -76,11 +77,10 @@ Data MakeData(const Shape& s, uint64_t seed) {
   return d;
 }
 
-// CPU seconds of the whole process: with --blas-threads above 1, ChunkedForward splits the
-// heads over that many threads and OpenBLAS's workers spin between calls, and all of it is the
-// operator's cost. With the default 1 thread this is the calling thread's time; it stays
-// meaningful on a shared, oversubscribed machine where wall time does not, and wall time is
-// printed beside it.
+// CPU seconds of the whole process: with --threads above 1, ChunkedForward splits the heads
+// over that many threads, and all of it is the operator's cost. With the default 1 thread this is
+// the calling thread's time; it stays meaningful on a shared, oversubscribed machine where wall
+// time does not, and wall time is printed beside it.
 template <typename Fn>
 Timing Median(int reps, Fn&& fn) {
   return MedianTiming(reps, CpuClock::kProcess, std::forward<Fn>(fn));
@@ -102,11 +102,12 @@ std::vector<float> RoundBf16(const std::vector<float>& x) {
 }
 
 int Run(const Options& opt) {
-  openblas_set_num_threads(opt.blas_threads);
+  cpu::SetComputeThreads(opt.compute_threads);
   fmt::print(
       "hypic-bench linear: gdn, H={} HV={} dk={} dv={}, chunk {}, median of {} (wall ms / "
-      "process CPU ms), {} BLAS thread(s)\n",
-      opt.key_heads, opt.value_heads, opt.dk, opt.dv, opt.chunk, opt.reps, opt.blas_threads);
+      "process CPU ms), {} compute thread(s); {}\n",
+      opt.key_heads, opt.value_heads, opt.dk, opt.dv, opt.chunk, opt.reps, opt.compute_threads,
+      cpu::GemmSummary());
   Shape shape{0, opt.key_heads, opt.value_heads, opt.dk, opt.dv};
   const int64_t state_floats = int64_t{opt.value_heads} * opt.dk * opt.dv;
   const int64_t t_floats = linear::TransitionFloats(TransitionForm::kDense, shape);
@@ -202,8 +203,8 @@ const bool kRegistered = RegisterSubcommand(
       sub.add_option("--dv", opt->dv, "Value head dim");
       sub.add_option("--chunk", opt->chunk, "Chunk size (16, 32, 64)");
       sub.add_option("--reps", opt->reps, "Timed runs per figure (median)");
-      sub.add_option("--blas-threads", opt->blas_threads,
-                     "OpenBLAS threads; ChunkedForward also splits its heads over them");
+      sub.add_option("--threads", opt->compute_threads,
+                     "Compute threads; ChunkedForward splits its heads over them");
       return [opt] { return Run(*opt); };
     });
 

@@ -4,7 +4,7 @@
 //   cold         measured cold TTFT of one request (default 32 segments x 1024 tokens plus a
 //                suffix) through the real MissScheduler + ColdCompose with 1 and 2 CPU workers
 //                (one worker = one core: the process is pinned to as many cores as workers,
-//                BLAS and the model's own threads run one per worker, and the combine shares
+//                compute threads run one per worker, and the combine shares
 //                those cores), for each fold policy of the combine (eager, idle, end),
 //                speedup and efficiency; and the simulator's prediction of the same runs from
 //                a separate calibration, with its error.
@@ -30,7 +30,7 @@
 #include <random>
 #include <vector>
 
-#include "gpu/model/cpu_kernels.h"
+#include "gpu/cpu/compute_threads.h"
 #include "gpu/model/model.h"
 #include "gpu/runtime/fold.h"
 #include "gpu/runtime/model_jobs.h"
@@ -57,7 +57,7 @@ struct Options {
   uint64_t seed = 1;
   double skew_sigma = 1.0;
   int skew_draws = 50;
-  bool wide = true;  // cold: also time one worker with 2 BLAS threads
+  bool wide = true;  // cold: also time one worker with 2 compute threads
   std::vector<std::string> folds = {"eager", "idle", "end"};  // cold: fold policies measured
   bool combine_core = false;  // scatter-sim: the combine has a core of its own
 };
@@ -107,7 +107,7 @@ double CpuSeconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC;
 
 // What the simulator needs from this machine: the calibrated per-segment cost, the entry size
 // per token, the host copy bandwidth and the combine time. Times are CPU seconds of the
-// calling thread (one pinned core, single-threaded BLAS): what a dedicated core pays, however
+// calling thread (one pinned core, a 1-thread compute budget): what a dedicated core pays, however
 // loaded the shared machine is.
 struct Calibration {
   runtime::CostCoefficients cost;
@@ -120,10 +120,10 @@ struct Calibration {
 };
 
 // Calibration = one worker on one core: pins the process to one CPU and one compute thread
-// (BLAS and the model's), which the caller's later runs re-set as they need.
+// (GEMMs and row loops alike), which the caller's later runs re-set as they need.
 Result<Calibration> Calibrate(const std::shared_ptr<const model::Model>& m, const Options& o) {
   PinToCpus(1);
-  model::SetComputeThreads(1);
+  cpu::SetComputeThreads(1);
   Calibration cal;
   model::SegmentOptions seg;
   seg.seam_w = o.seam;
@@ -381,9 +381,9 @@ struct ColdRun {
 
 // One cold request through the real scheduler with `workers` CPU workers (one core each).
 Result<ColdRun> MeasureCold(const std::shared_ptr<const model::Model>& m, const Options& o,
-                            int workers, int blas_threads, runtime::FoldPolicy fold, int rep) {
+                            int workers, int compute_threads, runtime::FoldPolicy fold, int rep) {
   HYPIC_ASSIGN_OR_RETURN(auto pool, runtime::WorkerPool::Create(runtime::PoolOptions{
-                                        gpu::BackendKind::kCpu, workers, blas_threads}));
+                                        gpu::BackendKind::kCpu, workers, compute_threads}));
   runtime::HostTransport transport;
   runtime::CostModel cost(
       runtime::CostModel::PriorFromShape(runtime::CostShapeOf(m->config()), 5e10));
@@ -420,11 +420,11 @@ Result<ColdRun> MeasureCold(const std::shared_ptr<const model::Model>& m, const 
   std::string workers_cpu;
   for (double c : per_worker) workers_cpu += fmt::format(" {:.1f}", c);
   fmt::print(
-      "  {} worker(s), {} BLAS thread(s) in all, fold {}, rep {}: TTFT {:.1f} ms (last entry at "
+      "  {} worker(s), {} compute thread(s) in all, fold {}, rep {}: TTFT {:.1f} ms (last entry at "
       "{:.1f} ms, transfers {:.1f} ms summed, {} fold steps {:.1f} ms, combine after the last "
       "entry {:.1f} ms); worker CPU s:{}; CPU TTFT {:.1f} ms; process CPU {:.1f} s = {:.2f} "
       "cores busy\n",
-      workers, blas_threads, runtime::FoldPolicyName(fold), rep, 1e3 * report.total_s,
+      workers, compute_threads, runtime::FoldPolicyName(fold), rep, 1e3 * report.total_s,
       1e3 * report.miss.last_arrival_s, 1e3 * report.miss.transfer_s, report.fold_steps,
       1e3 * report.fold_s, 1e3 * report.compose_s, workers_cpu, 1e3 * run.cpu_ttft_s,
       run.process_cpu_s, run.process_cpu_s / report.total_s);
@@ -485,7 +485,7 @@ int RunCold(const Options& o) {
       }
     }
   }
-  // For context: a single worker that uses both cores through BLAS threads.
+  // For context: a single worker that uses both cores through 2 compute threads.
   std::vector<ColdRun> wide;
   for (int r = 0; r < (o.wide ? o.reps : 0); ++r) {
     auto run = MeasureCold(*m, o, 1, 2, folds.front(), r);
@@ -521,7 +521,7 @@ int RunCold(const Options& o) {
   }
   if (!wide.empty()) {
     const ColdRun w = median_run(wide);
-    fmt::print("  {:>32} {:>9.1f}ms {:>9.1f}ms {:>11.2f}\n", "1 worker, 2 BLAS threads",
+    fmt::print("  {:>32} {:>9.1f}ms {:>9.1f}ms {:>11.2f}\n", "1 worker, 2 compute threads",
                1e3 * w.wall_s, 1e3 * w.tail_s, w.process_cpu_s / w.wall_s);
   }
   fmt::print(
@@ -559,7 +559,7 @@ const bool kColdRegistered = RegisterSubcommand(
     [](CLI::App& sub) {
       auto o = std::make_shared<Options>();
       AddCommon(sub, *o);
-      sub.add_flag("!--no-wide", o->wide, "skip the 1-worker, 2-BLAS-thread run");
+      sub.add_flag("!--no-wide", o->wide, "skip the 1-worker, 2-compute-thread run");
       sub.add_option("--fold", o->folds, "fold policies of the combine (eager, idle, end)")
           ->delimiter(',');
       return [o] { return RunCold(*o); };

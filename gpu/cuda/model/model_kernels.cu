@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/thread_annotations.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/cuda/cuda_check.cuh"
@@ -259,7 +260,7 @@ class CudaContext final : public DeviceContext {
   cudaStream_t native() const { return static_cast<cudaStream_t>(stream_->native_handle()); }
   gpu::Stream& stream() { return *stream_; }
   cublasHandle_t blas() const { return blas_; }
-  const float* Find(const float* host) const {
+  const float* Find(const void* host) const {
     const auto it = weights_.find(host);
     return it == weights_.end() ? nullptr : it->second;
   }
@@ -269,34 +270,60 @@ class CudaContext final : public DeviceContext {
   std::vector<std::pair<float*, int64_t>> scratch_ GUARDED_BY(mu);
 
  private:
+  // One host tensor to upload: its data (the lookup key), element type and count.
+  struct HostTensor {
+    const void* data;
+    DType dtype;
+    size_t n;
+  };
+
+  // Every weight goes up as fp32: bf16 GEMM weights are widened on the way (exact), so the
+  // kernels and cuBLAS see one precision (bf16 tensor-core GEMMs are issue 15's).
   Status UploadWeights(const ModelWeights& w) {
-    std::vector<const std::vector<float>*> all = {&w.embed, &w.final_norm, &w.lm_head};
-    auto mlp = [&](const MlpWeights& m) {
-      all.push_back(&m.gate_up);
-      all.push_back(&m.down);
+    std::vector<HostTensor> all;
+    auto vec = [&](const std::vector<float>& v) {
+      all.push_back({v.data(), DType::kF32, v.size()});
     };
+    auto mat = [&](const WeightTensor& t) { all.push_back({t.data(), t.dtype(), t.size()}); };
+    auto mlp = [&](const MlpWeights& m) {
+      mat(m.gate_up);
+      mat(m.down);
+    };
+    mat(w.embed);
+    vec(w.final_norm);
+    mat(w.lm_head);
     for (const LayerWeights& l : w.layers) {
       for (const auto* v :
-           {&l.input_norm, &l.post_norm, &l.gdn.in_proj, &l.gdn.conv, &l.gdn.a_log, &l.gdn.dt_bias,
-            &l.gdn.norm, &l.gdn.out_proj, &l.attention.in_proj, &l.attention.q_norm,
-            &l.attention.k_norm, &l.attention.o_proj, &l.moe.router, &l.moe.shared_gate}) {
-        all.push_back(v);
+           {&l.input_norm, &l.post_norm, &l.gdn.conv, &l.gdn.a_log, &l.gdn.dt_bias, &l.gdn.norm,
+            &l.attention.q_norm, &l.attention.k_norm, &l.moe.router, &l.moe.shared_gate}) {
+        vec(*v);
+      }
+      for (const auto* t :
+           {&l.gdn.in_proj, &l.gdn.out_proj, &l.attention.in_proj, &l.attention.o_proj}) {
+        mat(*t);
       }
       mlp(l.dense);
       mlp(l.moe.shared);
       for (const MlpWeights& e : l.moe.experts) mlp(e);
     }
     size_t floats = 0;
-    for (const auto* v : all) floats += v->size();
+    for (const HostTensor& t : all) floats += t.n;
     if (floats == 0) return Status::Ok();
     HYPIC_CUDA_RETURN_IF_ERROR(cudaMalloc(&weights_block_, floats * sizeof(float)));
     float* at = weights_block_;
-    for (const auto* v : all) {
-      if (v->empty() || weights_.count(v->data()) != 0) continue;
-      HYPIC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(at, v->data(), v->size() * sizeof(float),
-                                                 cudaMemcpyHostToDevice, native()));
-      weights_.emplace(v->data(), at);
-      at += v->size();
+    std::vector<std::vector<float>> widened;  // alive until the copies finish
+    for (const HostTensor& t : all) {
+      if (t.n == 0 || weights_.count(t.data) != 0) continue;
+      const float* src = static_cast<const float*>(t.data);
+      if (t.dtype != DType::kF32) {
+        widened.emplace_back(t.n);
+        ConvertElements(t.dtype, t.data, DType::kF32, widened.back().data(), t.n);
+        src = widened.back().data();
+      }
+      HYPIC_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(at, src, t.n * sizeof(float), cudaMemcpyHostToDevice, native()));
+      weights_.emplace(t.data, at);
+      at += t.n;
     }
     HYPIC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(native()));
     return Status::Ok();
@@ -306,7 +333,7 @@ class CudaContext final : public DeviceContext {
   std::unique_ptr<gpu::Stream> stream_;
   cublasHandle_t blas_ = nullptr;
   float* weights_block_ = nullptr;
-  std::unordered_map<const float*, const float*> weights_;  // host data -> device copy
+  std::unordered_map<const void*, const float*> weights_;  // host data -> device copy (fp32)
 };
 
 class CudaForwardKernels final : public ForwardKernels {
@@ -337,10 +364,10 @@ class CudaForwardKernels final : public ForwardKernels {
   }
 
   const float* Weight(const std::vector<float>& host) override {
-    if (host.empty()) return nullptr;
-    const float* d = ctx_->Find(host.data());
-    if (d == nullptr) Record(Internal("a weight the device context did not upload"));
-    return d;
+    return Uploaded(host.data(), host.empty());
+  }
+  DeviceWeight Weight(const WeightTensor& host) override {
+    return Uploaded(host.data(), host.empty());
   }
 
   const float* Input(const float* host, int64_t n) override {
@@ -381,15 +408,18 @@ class CudaForwardKernels final : public ForwardKernels {
 
   Status status() const override { return status_; }
 
-  void Embed(const float* table, std::span<const uint32_t> tokens, int64_t dim, float* x) override {
+  void Embed(DeviceWeight table, std::span<const uint32_t> tokens, int64_t dim, float* x) override {
     const uint32_t* d = Upload(tokens.data(), static_cast<int64_t>(tokens.size()));
     const auto rows = static_cast<int64_t>(tokens.size());
-    if (ok()) Launch(EmbedKernel, rows * dim, table, d, rows, dim, x);
+    if (ok() && Fp32(table)) {
+      Launch(EmbedKernel, rows * dim, static_cast<const float*>(table.data), d, rows, dim, x);
+    }
   }
 
-  void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
+  void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, DeviceWeight weight,
             int64_t ldw, float* y, int64_t ldy, bool accumulate) override {
-    if (!ok() || m <= 0 || n <= 0) return;
+    if (!ok() || m <= 0 || n <= 0 || !Fp32(weight)) return;
+    const auto* w = static_cast<const float*>(weight.data);
     // Row-major y = x w^T is column-major y^T = w x^T: A = w (k x n, transposed), B = x.
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     Record(CublasStatus(cublasSgemm(ctx_->blas(), CUBLAS_OP_T, CUBLAS_OP_N, Int(n), Int(m), Int(k),
@@ -527,6 +557,16 @@ class CudaForwardKernels final : public ForwardKernels {
   };
 
   bool ok() const { return status_.ok(); }
+  // The device copy of a host weight (uploaded as fp32 by the context).
+  const float* Uploaded(const void* host, bool empty) {
+    if (empty) return nullptr;
+    const float* d = ctx_->Find(host);
+    if (d == nullptr) Record(Internal("a weight the device context did not upload"));
+    return d;
+  }
+  bool Fp32(DeviceWeight w) {
+    return w.dtype == DType::kF32 || Record(Internal("a non-fp32 weight on the CUDA backend"));
+  }
   bool Record(Status s) {
     // (void): nvcc counts the assignment's Status& result as a discarded [[nodiscard]] value.
     if (status_.ok() && !s.ok()) static_cast<void>(status_ = std::move(s));

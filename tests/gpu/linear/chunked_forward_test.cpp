@@ -3,12 +3,12 @@
 // cases the chunked form's shortcuts must survive: chunks holding many more keys than dk (the
 // fp32 transition chain's blocks), an initial state that dwarfs the segment (S(C|0) by
 // difference) and heads split over threads.
-#include <cblas.h>
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
+#include "gpu/cpu/compute_threads.h"
 #include "gpu/linear/linear_attention.h"
 #include "tests/gpu/linear/linear_reference.h"
 #include "tests/support/check_ok.h"
@@ -171,17 +171,16 @@ TEST_CASE("S(C|0) stays exact when the initial state outweighs the segment") {
   }
 }
 
-TEST_CASE("splitting the heads over OpenBLAS's threads gives the same bits") {
-  // ChunkedForward spreads heads over openblas_get_num_threads() threads; each head's
-  // arithmetic is the same whichever thread runs it.
-  const int saved = openblas_get_num_threads();
+TEST_CASE("splitting the heads over the compute budget gives the same bits") {
+  // ChunkedForward spreads heads over the caller's budget; each head's arithmetic is the same
+  // whichever thread runs it.
   uint64_t seed = 500;
   for (Variant variant : {Variant::kGdn, Variant::kKda, Variant::kRetNet}) {
     Shape shape{300, 2, 6, 16, 16};
     const Problem p = MakeProblem(variant, shape, seed++);
     std::vector<Result> results;
     for (int threads : {1, 2, 4}) {
-      openblas_set_num_threads(threads);
+      cpu::ScopedComputeThreads budget(threads);
       results.push_back(Run(p, [&](const Inputs& in, const float* s0, const Outputs& o) {
         return ChunkedForward(variant, shape, in, s0, o);
       }));
@@ -195,7 +194,6 @@ TEST_CASE("splitting the heads over OpenBLAS's threads gives the same bits") {
       CHECK(results[i].transition == results[0].transition);
     }
   }
-  openblas_set_num_threads(saved);
 }
 
 TEST_CASE("the final state may alias the initial state (in-place update)") {

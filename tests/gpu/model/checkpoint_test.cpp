@@ -189,14 +189,38 @@ TEST_CASE("bf16, f16 and sharded checkpoints load; formats give identical canoni
   // bf16 / f16 round to within their precision.
   double worst_bf16 = 0.0, worst_f16 = 0.0;
   for (size_t i = 0; i < weights.embed.size(); ++i) {
-    const double w = weights.embed[i];
+    const double w = weights.embed.At(i);
     worst_bf16 =
-        std::max(worst_bf16, std::abs(d->weights.embed[i] - w) / std::max(std::abs(w), 1e-3));
+        std::max(worst_bf16, std::abs(d->weights.embed.At(i) - w) / std::max(std::abs(w), 1e-3));
     worst_f16 =
-        std::max(worst_f16, std::abs(e->weights.embed[i] - w) / std::max(std::abs(w), 1e-3));
+        std::max(worst_f16, std::abs(e->weights.embed.At(i) - w) / std::max(std::abs(w), 1e-3));
   }
   CHECK(worst_bf16 < 1.0 / 256);
   CHECK(worst_f16 < 1.0 / 2048);
+
+  // Resident precision: auto keeps a bf16 checkpoint's GEMM weights in bf16 (the rest fp32)
+  // and widens every other one; an explicit f32 or bf16 overrides it.
+  CHECK(a->weights.embed.dtype() == DType::kF32);
+  CHECK(d->weights.embed.dtype() == DType::kBF16);
+  CHECK(d->weights.layers[0].gdn.in_proj.dtype() == DType::kBF16);
+  CHECK(d->weights.layers[0].moe.experts[0].down.dtype() == DType::kBF16);
+  CHECK(e->weights.embed.dtype() == DType::kF32);
+  CHECK(d->weights.ResidentBytes() <= d->checkpoint_bytes * 105 / 100);
+  CHECK(a->weights.ResidentBytes() == a->checkpoint_bytes);
+  auto d_f32 = ReadCheckpoint(bf16_dir.path(), {.weights = WeightsDType::kF32});
+  REQUIRE_OK(d_f32);
+  CHECK(d_f32->weights.embed.dtype() == DType::kF32);
+  CHECK(d_f32->fingerprint == d->fingerprint);  // the files' fingerprint; Model folds dtype
+  auto a_bf16 = ReadCheckpoint(f32_dir.path(), {.weights = WeightsDType::kBf16});
+  REQUIRE_OK(a_bf16);
+  bool widened_exactly = true, rounded_as_stored = true;
+  for (size_t i = 0; i < weights.embed.size(); ++i) {
+    widened_exactly = widened_exactly && d_f32->weights.embed.f32()[i] == d->weights.embed.At(i);
+    rounded_as_stored =
+        rounded_as_stored && a_bf16->weights.embed.bf16()[i] == d->weights.embed.bf16()[i];
+  }
+  CHECK(widened_exactly);
+  CHECK(rounded_as_stored);
   // The fingerprint is computed from the files: loading twice gives the same value.
   CHECK(ReadCheckpoint(f32_dir.path())->fingerprint == a->fingerprint);
 }

@@ -1,6 +1,7 @@
 // Compose (MATH.md §5) on the tiny model, written and loaded through the real checkpoint path:
 //  * exactness: with oracle entries it reproduces FullPrefill (last logits and every final
-//    state within 1e-4) for 1-8 segments, short segments, raw prefix and suffix, both formats;
+//    state within 1e-4) for 1-8 segments, short segments, raw prefix and suffix, both formats
+//    (bf16-resident weights: bf16_weights_test.cpp);
 //  * the two checkpoint formats of the same weights give identical logits;
 //  * the PIC deviation is bounded: KL(full || hypic) well below KL(full || naive), and it falls
 //    as the seam grows;

@@ -1,11 +1,10 @@
 // The HYPIC_HD math shared by the CPU and CUDA kernels (forward_math.h), against plain double
-// formulas, and the per-thread compute budget (ScopedComputeThreads).
+// formulas.
 #include "gpu/model/forward_math.h"
 
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <thread>
 #include <vector>
 
 #include "gpu/linear/linear_math.h"
@@ -123,35 +122,6 @@ TEST_CASE("OnlineSoftmax equals the two-pass softmax") {
     CHECK(Rel(sm.sum, sum) < 1e-5);
     CHECK(std::abs(acc / sm.sum - want / sum) < 1e-5);
   }
-}
-
-TEST_CASE("ScopedComputeThreads overrides the budget of its own thread only") {
-  const int global = ComputeThreads();
-  {
-    ScopedComputeThreads one(1);
-    CHECK(ComputeThreads() == 1);
-    {
-      ScopedComputeThreads three(3);
-      CHECK(ComputeThreads() == 3);
-    }
-    CHECK(ComputeThreads() == 1);
-    int other = 0;
-    std::thread([&] { other = ComputeThreads(); }).join();
-    CHECK(other == global);
-    // With a 1-thread budget ParallelFor runs inline on the caller, in one range.
-    const auto caller = std::this_thread::get_id();
-    int calls = 0;
-    bool inline_run = true;
-    ParallelFor(1 << 20, 1, [&](int64_t b, int64_t e) {
-      ++calls;
-      inline_run = inline_run && std::this_thread::get_id() == caller && b == 0 && e == (1 << 20);
-    });
-    CHECK(calls == 1);
-    CHECK(inline_run);
-  }
-  CHECK(ComputeThreads() == global);
-  ScopedComputeThreads zero(0);  // clamps to one thread
-  CHECK(ComputeThreads() == 1);
 }
 
 }  // namespace

@@ -46,6 +46,9 @@ struct TinyOptions {
   uint64_t seed = 1;
   DType dtype = DType::kF32;
   int shards = 1;
+  // The f32 path by default, whatever the checkpoint's dtype: the accuracy tests hold it to
+  // the float64 reference.
+  WeightsDType weights = WeightsDType::kF32;
 };
 
 // Writes the tiny preset into `dir` and returns its directory.
@@ -60,7 +63,7 @@ inline std::filesystem::path WriteTiny(const std::filesystem::path& dir,
 
 inline std::shared_ptr<const Model> LoadTiny(const std::filesystem::path& dir,
                                              const TinyOptions& o = {}) {
-  auto m = LoadModel(WriteTiny(dir, o).string());
+  auto m = LoadModel(WriteTiny(dir, o).string(), {}, {.weights = o.weights});
   REQUIRE_OK(m);
   return *m;
 }

@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "gpu/cpu/compute_threads.h"
 #include "gpu/model/generator.h"
 #include "gpu/runtime/model_jobs.h"
 #include "tests/support/check_ok.h"
@@ -129,7 +130,7 @@ TEST_CASE("a cold compose over P workers gives bitwise the logits of one worker"
   auto expect = m->Compose(direct, Hypic());
   REQUIRE_OK(expect);
 
-  // (workers, BLAS threads in all). OpenBLAS's sums depend on its thread count, so runs are
+  // (workers, compute threads in all). GEMM sums may depend on the thread count, so runs are
   // bitwise equal at the same per-worker budget (1 thread), and equal to within float
   // rounding otherwise. The streamed folds (eager, idle) cut the prompt into the same groups
   // whatever the worker count and the arrival order, so they agree bitwise with each other;
@@ -171,8 +172,10 @@ TEST_CASE("a cold compose over P workers gives bitwise the logits of one worker"
 
 TEST_CASE("the streamed combine returns the composed state; a warm request composes at once") {
   auto m = TinyModel();
-  // First: the pool sets the process's BLAS thread count, which the direct Compose must share.
   Rig rig(2);
+  // The direct Compose runs at a worker's budget, as the warm path below does (GEMM sums may
+  // depend on the thread count).
+  cpu::ScopedComputeThreads budget(rig.scheduler.cpu_budget());
   auto prompt = Prompt(*m, {30, 25, 40}, 6);
   int64_t tokens = 0;
   for (const auto& p : prompt) tokens += static_cast<int64_t>(p.tokens.size());

@@ -19,7 +19,7 @@ TEST_CASE("CPU workers split the thread budget and are named by their ordinal") 
     const WorkerContext& ctx = (*pool)->worker(i).context();
     CHECK(ctx.kind == gpu::BackendKind::kCpu);
     CHECK(ctx.index == static_cast<int>(i));
-    CHECK(ctx.blas_threads == 2);  // 7 threads over 3 workers, rounded down
+    CHECK(ctx.compute_threads == 2);  // 7 threads over 3 workers, rounded down
     CHECK(ctx.stream != nullptr);
     CHECK((*pool)->worker(i).name() == "cpu:" + std::to_string(i));
   }

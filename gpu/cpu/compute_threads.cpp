@@ -1,0 +1,47 @@
+#include "gpu/cpu/compute_threads.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+namespace hypic::cpu {
+namespace {
+
+std::atomic<int> g_threads{static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+thread_local int t_threads = 0;  // the calling thread's ScopedComputeThreads; 0: none
+
+}  // namespace
+
+void SetComputeThreads(int threads) { g_threads.store(std::max(1, threads)); }
+
+int ComputeThreads() { return t_threads > 0 ? t_threads : g_threads.load(); }
+
+ScopedComputeThreads::ScopedComputeThreads(int threads) : previous_(t_threads) {
+  t_threads = std::max(1, threads);
+}
+
+ScopedComputeThreads::~ScopedComputeThreads() { t_threads = previous_; }
+
+void ParallelFor(int64_t n, int64_t min_per_thread,
+                 const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t threads =
+      std::min<int64_t>(ComputeThreads(), n / std::max<int64_t>(min_per_thread, 1));
+  if (threads <= 1) {
+    ScopedComputeThreads one(1);
+    if (n > 0) fn(0, n);
+    return;
+  }
+#pragma omp parallel num_threads(static_cast<int>(threads))
+  {
+    // The team may be smaller than asked for (nested regions run on one thread).
+    const int64_t team = omp_get_num_threads(), me = omp_get_thread_num();
+    const int64_t per = (n + team - 1) / team;
+    const int64_t b = me * per, e = std::min(n, b + per);
+    ScopedComputeThreads one(1);
+    if (b < e) fn(b, e);
+  }
+}
+
+}  // namespace hypic::cpu

@@ -1,0 +1,314 @@
+#include "gpu/cpu/gemm.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dnnl.hpp>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "core/dtype.h"
+#include "gpu/cpu/compute_threads.h"
+
+namespace hypic::cpu {
+namespace {
+
+using dnnl::memory;
+
+[[noreturn]] void Fatal(const char* what, const dnnl::error& e) {
+  std::fprintf(stderr, "hypic: oneDNN %s failed: %s (status %d)\n", what, e.what(),
+               static_cast<int>(e.status));
+  std::abort();
+}
+
+dnnl::engine& Engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& ThreadStream() {
+  thread_local dnnl::stream stream(Engine());
+  return stream;
+}
+
+// oneDNN on OpenMP sizes its parallel regions by the calling thread's nthreads-var.
+int UseComputeThreads() {
+  const int threads = ComputeThreads();
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+  return threads;
+}
+
+struct Key {
+  memory::data_type dtype;
+  Trans ta, tb;
+  int64_t m, n, k, lda, ldb, ldc;
+  uint32_t alpha_bits, beta_bits;
+  int threads;
+  bool operator==(const Key&) const = default;
+};
+
+struct KeyHash {
+  size_t operator()(const Key& key) const {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    mix(static_cast<uint64_t>(key.dtype) << 2 | static_cast<uint64_t>(key.ta) << 1 |
+        static_cast<uint64_t>(key.tb));
+    for (int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc}) {
+      mix(static_cast<uint64_t>(v));
+    }
+    mix(uint64_t{key.alpha_bits} << 32 | key.beta_bits);
+    mix(static_cast<uint64_t>(key.threads));
+    return static_cast<size_t>(h);
+  }
+};
+
+struct Primitive {
+  memory::desc a, b, c, scratchpad;
+  dnnl::matmul matmul;
+};
+
+// Each calling thread's scratchpad. The primitives run in user scratchpad mode: in library
+// mode Debian's oneDNN (built without DNNL_ENABLE_CONCURRENT_EXEC) shares one scratchpad
+// between primitives, and two threads running primitives at once corrupted each other's
+// results.
+std::byte* ThreadScratchpad(size_t bytes) {
+  thread_local std::vector<std::byte> buffer;
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return buffer.data();
+}
+
+// The process-wide LRU of matmul primitives. Executing a primitive is thread-safe in oneDNN;
+// an entry evicted while another thread runs it stays alive through its shared_ptr.
+class PrimitiveCache {
+ public:
+  static constexpr size_t kCapacity = 4096;
+
+  std::shared_ptr<const Primitive> Get(const Key& key) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = index_.find(key);
+      if (it != index_.end()) {
+        lru_.splice(lru_.begin(), lru_, it->second);
+        ++hits_;
+        return it->second->second;
+      }
+    }
+    std::shared_ptr<const Primitive> made = Build(key);  // outside the lock: JIT takes a while
+    std::lock_guard<std::mutex> lock(mu_);
+    ++built_;
+    auto it = index_.find(key);
+    if (it != index_.end()) return it->second->second;  // another thread built it meanwhile
+    lru_.emplace_front(key, made);
+    index_.emplace(key, lru_.begin());
+    if (lru_.size() > kCapacity) {
+      index_.erase(lru_.back().first);
+      lru_.pop_back();
+    }
+    return made;
+  }
+
+  GemmCacheStats Stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {built_, hits_, lru_.size()};
+  }
+
+ private:
+  static std::shared_ptr<const Primitive> Build(const Key& key) {
+    // Row-major op(A) [m, k]: stored [m, k] (strides {lda, 1}) or as its transpose [k, m]
+    // (strides {1, lda}); likewise op(B) [k, n].
+    const memory::dims a_strides = key.ta == Trans::kNo ? memory::dims{key.lda, 1}
+                                                        : memory::dims{1, key.lda};
+    const memory::dims b_strides = key.tb == Trans::kNo ? memory::dims{key.ldb, 1}
+                                                        : memory::dims{1, key.ldb};
+    auto p = std::make_shared<Primitive>();
+    p->a = memory::desc({key.m, key.k}, key.dtype, a_strides);
+    p->b = memory::desc({key.k, key.n}, key.dtype, b_strides);
+    p->c = memory::desc({key.m, key.n}, memory::data_type::f32, {key.ldc, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    float alpha, beta;
+    std::memcpy(&alpha, &key.alpha_bits, sizeof alpha);
+    std::memcpy(&beta, &key.beta_bits, sizeof beta);
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+      dnnl::post_ops ops;
+      ops.append_sum(beta);
+      attr.set_post_ops(ops);
+    }
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p->a, p->b, p->c), attr, Engine());
+      p->matmul = dnnl::matmul(pd);
+      p->scratchpad = pd.scratchpad_desc();
+    } catch (const dnnl::error& e) {
+      Fatal("matmul creation", e);
+    }
+    return p;
+  }
+
+  using Entry = std::pair<Key, std::shared_ptr<const Primitive>>;
+  std::mutex mu_;
+  std::list<Entry> lru_;
+  std::unordered_map<Key, std::list<Entry>::iterator, KeyHash> index_;
+  uint64_t built_ = 0, hits_ = 0;
+};
+
+PrimitiveCache& Cache() {
+  static PrimitiveCache* cache = new PrimitiveCache;  // never destroyed: used until exit
+  return *cache;
+}
+
+// Calls fn(row0, rows) over [0, m) in blocks of kGemmRowBlock, then one multiple of 16, then
+// a tail of fewer than 16 rows.
+template <typename Fn>
+void ForEachRowBlock(int64_t m, const Fn& fn) {
+  int64_t row = 0;
+  for (; row + kGemmRowBlock <= m; row += kGemmRowBlock) fn(row, kGemmRowBlock);
+  const int64_t sixteens = (m - row) & ~int64_t{15};
+  if (sixteens > 0) {
+    fn(row, sixteens);
+    row += sixteens;
+  }
+  if (row < m) fn(row, m - row);
+}
+
+// C <- beta C, the whole product when k == 0.
+void ScaleOnly(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
+  for (int64_t r = 0; r < m; ++r) {
+    float* row = c + r * ldc;
+    for (int64_t j = 0; j < n; ++j) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
+  }
+}
+
+template <typename T>
+void CachedGemm(memory::data_type dtype, Trans ta, Trans tb, int64_t m, int64_t n, int64_t k,
+                float alpha, const T* a, int64_t lda, const T* b, int64_t ldb, float beta, float* c,
+                int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
+  const int threads = UseComputeThreads();
+  Key key{dtype, ta, tb, 0, n, k, lda, ldb, ldc, 0, 0, threads};
+  std::memcpy(&key.alpha_bits, &alpha, sizeof alpha);
+  std::memcpy(&key.beta_bits, &beta, sizeof beta);
+  dnnl::stream& stream = ThreadStream();
+  ForEachRowBlock(m, [&](int64_t row0, int64_t rows) {
+    key.m = rows;
+    std::shared_ptr<const Primitive> p = Cache().Get(key);
+    const T* a_rows = ta == Trans::kNo ? a + row0 * lda : a + row0;
+    try {
+      memory am(p->a, Engine(), const_cast<T*>(a_rows));
+      memory bm(p->b, Engine(), const_cast<T*>(b));
+      memory cm(p->c, Engine(), c + row0 * ldc);
+      memory sm(p->scratchpad, Engine(), ThreadScratchpad(p->scratchpad.get_size()));
+      p->matmul.execute(stream, {{DNNL_ARG_SRC, am},
+                                 {DNNL_ARG_WEIGHTS, bm},
+                                 {DNNL_ARG_DST, cm},
+                                 {DNNL_ARG_SCRATCHPAD, sm}});
+      stream.wait();
+    } catch (const dnnl::error& e) {
+      Fatal("matmul", e);
+    }
+  });
+}
+
+std::string IsaName(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return fmt::format("isa 0x{:x}", static_cast<int>(isa));
+  }
+}
+
+std::string KernelName(memory::data_type dtype) {
+  constexpr int64_t n = 2048;
+  const memory::desc a({n, n}, dtype, {n, 1}), b({n, n}, dtype, {1, n});
+  const memory::desc c({n, n}, memory::data_type::f32, {n, 1});
+  try {
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), Engine());
+    return pd.impl_info_str();
+  } catch (const dnnl::error& e) {
+    return fmt::format("none ({})", e.what());
+  }
+}
+
+}  // namespace
+
+void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  CachedGemm(memory::data_type::f32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+          int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  CachedGemm(memory::data_type::bf16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                  int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
+  UseComputeThreads();
+  const dnnl_status_t st = dnnl_sgemm(ta == Trans::kNo ? 'N' : 'T', tb == Trans::kNo ? 'N' : 'T',
+                                      m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (st != dnnl_success) {
+    std::fprintf(stderr, "hypic: dnnl_sgemm failed (status %d)\n", static_cast<int>(st));
+    std::abort();
+  }
+}
+
+void ConvertRowsToBf16(const float* src, int64_t lds, int64_t rows, int64_t cols, uint16_t* dst,
+                       int64_t ldd) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * lds;
+    uint16_t* d = dst + r * ldd;
+    int64_t j = 0;
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    for (; j + 16 <= cols; j += 16) {
+      const __m256bh packed = _mm512_cvtneps_pbh(_mm512_loadu_ps(s + j));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + j), reinterpret_cast<const __m256i&>(packed));
+    }
+#endif
+    for (; j < cols; ++j) d[j] = F32ToBf16(s[j]);
+  }
+}
+
+const GemmInfo& DescribeGemm() {
+  static const GemmInfo info = [] {
+    GemmInfo i;
+    const dnnl_version_t* v = dnnl_version();
+    i.library = fmt::format("onednn {}.{}.{}", v->major, v->minor, v->patch);
+    i.f32_kernel = KernelName(memory::data_type::f32);
+    i.bf16_kernel = KernelName(memory::data_type::bf16);
+    i.cpu_isa = IsaName(dnnl::get_effective_cpu_isa());
+    return i;
+  }();
+  return info;
+}
+
+std::string GemmSummary() {
+  const GemmInfo& i = DescribeGemm();
+  return fmt::format("{}, f32 {}, bf16 {} (isa {})", i.library, i.f32_kernel, i.bf16_kernel,
+                     i.cpu_isa);
+}
+
+GemmCacheStats GemmCacheCounters() { return Cache().Stats(); }
+
+}  // namespace hypic::cpu

@@ -1,0 +1,73 @@
+// The one GEMM interface of the CPU runtime: every matrix product of the model pass, the
+// linear-attention chunked form and the composition algebra goes through here, on oneDNN
+// (Debian's libdnnl, which picks its kernels from CPUID features at run time: AMX-BF16 on
+// Sapphire/Emerald Rapids, AVX512-BF16 on Zen 4/5 and Cooper Lake, AVX-512 or AVX2 elsewhere).
+//
+// Gemm builds a oneDNN matmul primitive per shape and keeps it in a process-wide LRU cache, so
+// a shape pays its set-up (about 0.2-0.4 ms of JIT) once. Rows are split into blocks of at
+// most kGemmRowBlock, then a multiple of 16, then a tail of fewer than 16, so the shapes a
+// weight sees stay few however the row count varies from call to call. GemmAnyShape is for
+// products whose inner dimensions change with every call (attention over a growing context):
+// oneDNN's dnnl_sgemm, which has no per-shape set-up.
+//
+// Layout: row-major, as cblas_sgemm with CblasRowMajor: op(A) is [m, k], op(B) is [k, n], C is
+// [m, n]; a transposed operand is stored as the transpose (B = W^T for an nn.Linear weight W
+// [n, k] is tb = kYes with ldb = k). bf16 operands are raw bits (core/dtype.h's F32ToBf16);
+// accumulation and C are fp32.
+//
+// Threads: each call uses the calling thread's ComputeThreads() (compute_threads.h), through
+// OpenMP, which oneDNN honours per calling thread. A primitive is built for its thread count.
+//
+// Errors: oneDNN fails only on arguments no caller of ours passes (negative sizes, strides
+// below the row width) or on allocation failure; either is a bug or an out-of-memory, and
+// aborts with oneDNN's message, as an allocation failure would. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace hypic::cpu {
+
+enum class Trans : uint8_t { kNo = 0, kYes = 1 };
+
+inline constexpr int64_t kGemmRowBlock = 512;
+
+// C = alpha op(A) op(B) + beta C, fp32.
+void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// C = alpha op(A) op(B) + beta C, bf16 A and B, fp32 accumulation and C.
+void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+          int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// C = alpha op(A) op(B) + beta C, fp32, for shapes that differ call to call.
+void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                  int64_t ldc);
+
+// dst[r, j] = bf16(src[r, j]) for rows x cols, round to nearest even (vcvtneps2bf16 when the
+// build targets AVX512-BF16; the same bits as F32ToBf16 for every normal value; the instruction flushes
+// denormal inputs to zero).
+void ConvertRowsToBf16(const float* src, int64_t lds, int64_t rows, int64_t cols, uint16_t* dst,
+                       int64_t ldd);
+
+// What oneDNN runs on this machine, for logs and benchmark headers.
+struct GemmInfo {
+  std::string library;      // "onednn 2.6.3"
+  std::string f32_kernel;   // oneDNN's implementation name for an fp32 2048^3 product
+  std::string bf16_kernel;  // ... and for bf16 x bf16 -> fp32
+  std::string cpu_isa;      // the most capable ISA oneDNN detected ("avx512_core_amx", ...)
+};
+const GemmInfo& DescribeGemm();
+// One line: "onednn 2.6.3, f32 brg:avx512_core, bf16 brg:avx512_core_bf16 (isa avx512_core_bf16)".
+std::string GemmSummary();
+
+// Primitives built and cache hits so far (for tests and metrics).
+struct GemmCacheStats {
+  uint64_t built = 0;
+  uint64_t hits = 0;
+  uint64_t size = 0;
+};
+GemmCacheStats GemmCacheCounters();
+
+}  // namespace hypic::cpu

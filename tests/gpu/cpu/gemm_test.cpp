@@ -1,0 +1,240 @@
+// The oneDNN GEMMs (gpu/cpu/gemm.h) against a float64 product of the same inputs: every
+// transpose combination, alpha and beta, row counts on both sides of the row blocks, strided
+// operands, bf16 operands, the primitive cache, and the bf16 conversion.
+#include "gpu/cpu/gemm.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "core/dtype.h"
+#include "gpu/cpu/compute_threads.h"
+#include "tests/support/seeded_rng.h"
+
+namespace hypic::cpu {
+namespace {
+
+struct Problem {
+  Trans ta, tb;
+  int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+};
+
+// Element (i, j) of op(X) for X stored row-major with leading dimension ld.
+double At(const float* x, Trans t, int64_t ld, int64_t i, int64_t j) {
+  return t == Trans::kNo ? x[i * ld + j] : x[j * ld + i];
+}
+
+// Checks c against alpha op(a) op(b) + beta c0 in float64, within fp32 accumulation error:
+// |err| <= 4 (k + 2) eps sum_l |a_il b_lj| + the same for the beta term.
+void CheckProduct(const Problem& p, const std::vector<float>& a, const std::vector<float>& b,
+                  const std::vector<float>& c0, const std::vector<float>& c) {
+  const double eps = std::numeric_limits<float>::epsilon();
+  int bad = 0;
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n; ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t l = 0; l < p.k; ++l) {
+        const double x = At(a.data(), p.ta, p.lda, i, l) * At(b.data(), p.tb, p.ldb, l, j);
+        ref += x;
+        mag += std::abs(x);
+      }
+      const double old = c0[i * p.ldc + j];
+      ref = p.alpha * ref + p.beta * old;
+      mag = std::abs(p.alpha) * mag + std::abs(p.beta * old);
+      const double tol = 4.0 * static_cast<double>(p.k + 2) * eps * mag + 1e-30;
+      if (std::abs(c[i * p.ldc + j] - ref) > tol && ++bad <= 3) {
+        FAIL_CHECK("C[", i, ",", j, "] = ", c[i * p.ldc + j], ", want ", ref, " +- ", tol);
+      }
+    }
+  }
+  CHECK(bad == 0);
+  // Padding between rows is never written.
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = p.n; j < p.ldc; ++j) CHECK(c[i * p.ldc + j] == c0[i * p.ldc + j]);
+  }
+}
+
+std::vector<float> Operand(testing::SeededRng& rng, Trans t, int64_t rows, int64_t cols,
+                           int64_t ld) {
+  // Stored as [rows, cols] (kNo) or [cols, rows] (kYes), each stored row ld long.
+  const int64_t stored_rows = t == Trans::kNo ? rows : cols;
+  return rng.NormalVector(static_cast<size_t>(stored_rows * ld));
+}
+
+std::vector<float> RoundedToBf16(const std::vector<float>& x, std::vector<uint16_t>* bits) {
+  bits->resize(x.size());
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    (*bits)[i] = F32ToBf16(x[i]);
+    out[i] = Bf16ToF32((*bits)[i]);
+  }
+  return out;
+}
+
+TEST_CASE("Gemm matches a float64 product for every transpose, alpha, beta and row count") {
+  testing::SeededRng rng(7);
+  for (Trans ta : {Trans::kNo, Trans::kYes}) {
+    for (Trans tb : {Trans::kNo, Trans::kYes}) {
+      for (int64_t m : {1, 15, 16, 37, 512, 530}) {
+        for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, {-1.0f, 1.0f}, {0.125f, 0.5f}}) {
+          const int64_t n = 24, k = 40;
+          Problem p{ta, tb, m, n, k, 0, 0, n + 3, alpha, beta};
+          p.lda = (ta == Trans::kNo ? k : m) + 5;
+          p.ldb = (tb == Trans::kNo ? n : k) + 1;
+          const auto a = Operand(rng, ta, m, k, p.lda);
+          const auto b = Operand(rng, tb, k, n, p.ldb);
+          const auto c0 = rng.NormalVector(static_cast<size_t>(m * p.ldc));
+          auto c = c0;
+          Gemm(ta, tb, m, n, k, alpha, a.data(), p.lda, b.data(), p.ldb, beta, c.data(), p.ldc);
+          INFO("ta=", int(ta), " tb=", int(tb), " m=", m, " alpha=", alpha, " beta=", beta);
+          CheckProduct(p, a, b, c0, c);
+          auto any = c0;
+          GemmAnyShape(ta, tb, m, n, k, alpha, a.data(), p.lda, b.data(), p.ldb, beta, any.data(),
+                       p.ldc);
+          CheckProduct(p, a, b, c0, any);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("bf16 Gemm accumulates the rounded operands in fp32") {
+  testing::SeededRng rng(11);
+  for (int64_t m : {1, 17, 600}) {
+    for (float beta : {0.0f, 1.0f}) {
+      const int64_t n = 96, k = 130;
+      Problem p{Trans::kNo, Trans::kYes, m, n, k, k, k, n, 1.0f, beta};
+      std::vector<uint16_t> a16, b16;
+      const auto a = RoundedToBf16(rng.NormalVector(static_cast<size_t>(m * k)), &a16);
+      const auto b = RoundedToBf16(rng.NormalVector(static_cast<size_t>(n * k)), &b16);
+      const auto c0 = rng.NormalVector(static_cast<size_t>(m * n));
+      auto c = c0;
+      Gemm(p.ta, p.tb, m, n, k, 1.0f, a16.data(), k, b16.data(), k, beta, c.data(), n);
+      INFO("m=", m, " beta=", beta);
+      CheckProduct(p, a, b, c0, c);
+    }
+  }
+}
+
+TEST_CASE("k = 0 scales C by beta; empty products touch nothing") {
+  const float* none = nullptr;
+  std::vector<float> c{1, 2, 3, 4};
+  Gemm(Trans::kNo, Trans::kNo, 2, 2, 0, 1.0f, none, 1, none, 2, 0.5f, c.data(), 2);
+  CHECK(c == std::vector<float>{0.5f, 1, 1.5f, 2});
+  Gemm(Trans::kNo, Trans::kNo, 2, 2, 0, 1.0f, none, 1, none, 2, 0.0f, c.data(), 2);
+  CHECK(c == std::vector<float>{0, 0, 0, 0});
+  c = {1, 2, 3, 4};
+  Gemm(Trans::kNo, Trans::kNo, 0, 2, 3, 1.0f, none, 3, none, 2, 0.0f, c.data(), 2);
+  CHECK(c == std::vector<float>{1, 2, 3, 4});
+}
+
+TEST_CASE("a shape builds its primitive once; budgets get their own") {
+  std::vector<float> a(33 * 20, 1.0f), b(20 * 9, 1.0f), c(33 * 9);
+  auto run = [&] {
+    Gemm(Trans::kNo, Trans::kNo, 33, 9, 20, 1.0f, a.data(), 20, b.data(), 9, 0.0f, c.data(), 9);
+  };
+  ScopedComputeThreads one(1);
+  run();  // 33 rows: a 32-row block and a 1-row tail
+  const GemmCacheStats first = GemmCacheCounters();
+  run();
+  const GemmCacheStats second = GemmCacheCounters();
+  CHECK(second.built == first.built);
+  CHECK(second.hits == first.hits + 2);
+  for (float x : c) CHECK(x == 20.0f);
+  {
+    ScopedComputeThreads two(2);
+    run();
+  }
+  CHECK(GemmCacheCounters().built == second.built + 2);
+}
+
+TEST_CASE("threads running different products at once each get their own bits") {
+  // Every thread cycles through products of its own (transposed operands need oneDNN's
+  // scratch memory), first all threads at once, then each alone; the bits must agree. (The
+  // chunked forward's head threads are what showed library-managed scratchpads corrupting
+  // concurrent calls, gemm.cpp; this checks the contract directly.)
+  constexpr int kThreads = 4;
+  struct Product {
+    Trans ta, tb;
+    int64_t m, n, k;
+    std::vector<float> a, b;
+  };
+  testing::SeededRng rng(5);
+  std::vector<std::vector<Product>> work(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < 4; ++i) {
+      const Trans ta = (t + i) % 2 == 1 ? Trans::kYes : Trans::kNo;
+      const Trans tb = (t + i) % 3 == 1 ? Trans::kYes : Trans::kNo;
+      Product p{ta, tb, 17 + 13 * t + 7 * i, 33 + 8 * i, 61 - 4 * t + 9 * i, {}, {}};
+      p.a = rng.NormalVector(static_cast<size_t>(p.m * p.k));
+      p.b = rng.NormalVector(static_cast<size_t>(p.k * p.n));
+      work[static_cast<size_t>(t)].push_back(std::move(p));
+    }
+  }
+  using Outputs = std::vector<std::vector<float>>;
+  auto run = [](const std::vector<Product>& products, Outputs* out) {
+    ScopedComputeThreads one(1);
+    out->assign(products.size(), {});
+    for (int rep = 0; rep < 20; ++rep) {
+      for (size_t i = 0; i < products.size(); ++i) {
+        const Product& p = products[i];
+        (*out)[i].assign(static_cast<size_t>(p.m * p.n), 0.0f);
+        const int64_t lda = p.ta == Trans::kNo ? p.k : p.m, ldb = p.tb == Trans::kNo ? p.n : p.k;
+        Gemm(p.ta, p.tb, p.m, p.n, p.k, 1.0f, p.a.data(), lda, p.b.data(), ldb, 0.0f,
+             (*out)[i].data(), p.n);
+      }
+    }
+  };
+  std::vector<Outputs> together(kThreads), alone(kThreads), pooled(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] { run(work[static_cast<size_t>(t)], &together[static_cast<size_t>(t)]); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) run(work[static_cast<size_t>(t)], &alone[static_cast<size_t>(t)]);
+  // Likewise on ParallelFor's (OpenMP) threads.
+  ScopedComputeThreads budget(kThreads);
+  ParallelFor(kThreads, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) run(work[static_cast<size_t>(t)], &pooled[static_cast<size_t>(t)]);
+  });
+  for (int t = 0; t < kThreads; ++t) {
+    CHECK(together[static_cast<size_t>(t)] == alone[static_cast<size_t>(t)]);
+    CHECK(pooled[static_cast<size_t>(t)] == alone[static_cast<size_t>(t)]);
+  }
+}
+
+TEST_CASE("ConvertRowsToBf16 rounds as F32ToBf16 does, rows strided") {
+  testing::SeededRng rng(3);
+  constexpr int64_t rows = 3, cols = 45, lds = 50, ldd = 47;
+  std::vector<float> src(rows * lds);
+  for (float& x : src) x = rng.Normal(0.0f, 100.0f);
+  // Ties both ways, the largest finite value, infinities and a signalling NaN.
+  const uint32_t specials[] = {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x7f800000u,
+                               0xff800000u, 0x7f800001u, 0x00000000u, 0x80000000u};
+  for (size_t i = 0; i < std::size(specials); ++i) src[i] = F32FromBits(specials[i]);
+  std::vector<uint16_t> dst(rows * ldd, 0xabcd);
+  ConvertRowsToBf16(src.data(), lds, rows, cols, dst.data(), ldd);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; ++j) {
+      INFO("r=", r, " j=", j, " x=", src[r * lds + j]);
+      CHECK(dst[r * ldd + j] == F32ToBf16(src[r * lds + j]));
+    }
+    for (int64_t j = cols; j < ldd; ++j) CHECK(dst[r * ldd + j] == 0xabcd);
+  }
+}
+
+TEST_CASE("DescribeGemm names the library and its kernels") {
+  const GemmInfo& info = DescribeGemm();
+  CHECK(info.library.rfind("onednn ", 0) == 0);
+  CHECK(!info.f32_kernel.empty());
+  CHECK(!info.bf16_kernel.empty());
+  CHECK(GemmSummary().find(info.f32_kernel) != std::string::npos);
+}
+
+}  // namespace
+}  // namespace hypic::cpu

@@ -1,0 +1,108 @@
+// bf16-resident weights (weights_dtype bf16) against the f32 path on the same bf16 checkpoint:
+// the logits of 256 positions, their argmax agreement and KL(f32 || bf16), per format. The
+// bf16 path rounds activations to bf16 before each GEMM and accumulates in fp32; norms, RoPE,
+// the conv, the gates and the linear-attention state algebra stay fp32.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "gpu/model/model.h"
+#include "tests/gpu/model/model_test_util.h"
+#include "tests/support/seeded_rng.h"
+
+namespace hypic::model {
+namespace {
+
+using testing::ScratchDir;
+
+size_t Argmax(const float* x, int64_t n) {
+  return static_cast<size_t>(std::max_element(x, x + n) - x);
+}
+
+TEST_CASE("bf16 weights stay within bf16 rounding of the f32 path over 256 positions") {
+  for (WeightFormat format : {WeightFormat::kQwen3Next, WeightFormat::kQwen35}) {
+    CAPTURE(WeightFormatName(format));
+    ScratchDir f32_dir, bf16_dir;
+    const testing::TinyOptions base{.format = format, .dtype = DType::kBF16};
+    auto f32 = testing::LoadTiny(f32_dir.path(), base);
+    testing::TinyOptions bf16_options = base;
+    bf16_options.weights = WeightsDType::kBf16;
+    auto bf16 = testing::LoadTiny(bf16_dir.path(), bf16_options);
+    REQUIRE(f32->weights_dtype() == DType::kF32);
+    REQUIRE(bf16->weights_dtype() == DType::kBF16);
+    // Half the bytes for the GEMM weights; the fp32 rest is small.
+    CHECK(bf16->resident_weight_bytes() < f32->resident_weight_bytes() * 55 / 100);
+    CHECK(bf16->resident_weight_bytes() <= bf16->checkpoint_bytes() * 105 / 100);
+    CHECK(f32->fingerprint() != bf16->fingerprint());  // entries never mix precisions
+
+    hypic::testing::SeededRng rng(21);
+    const int64_t vocab = f32->config().vocab_size;
+    const auto tokens = rng.Tokens(256, static_cast<uint32_t>(vocab));
+    auto a = f32->FullPrefill(tokens, {.all_logits = true, .want_state = false});
+    auto b = bf16->FullPrefill(tokens, {.all_logits = true, .want_state = false});
+    REQUIRE_OK(a);
+    REQUIRE_OK(b);
+    REQUIRE(a->logits.size() == b->logits.size());
+
+    int agree = 0;
+    double kl_sum = 0.0, kl_max = 0.0;
+    for (int64_t r = 0; r < 256; ++r) {
+      const float* pa = a->logits.data() + r * vocab;
+      const float* pb = b->logits.data() + r * vocab;
+      agree += Argmax(pa, vocab) == Argmax(pb, vocab) ? 1 : 0;
+      const double kl = testing::Kl(std::vector<float>(pa, pa + vocab),
+                                    std::vector<float>(pb, pb + vocab));
+      kl_sum += kl;
+      kl_max = std::max(kl_max, kl);
+    }
+    const std::vector<float> last_a(a->logits.end() - vocab, a->logits.end());
+    const std::vector<float> last_b(b->logits.end() - vocab, b->logits.end());
+    const double last_rel = testing::RelErr(last_b, last_a);
+    MESSAGE("bf16 vs f32: last-token logits rel " << last_rel << ", top-1 agreement " << agree
+                                                  << "/256, KL(f32||bf16) mean "
+                                                  << kl_sum / 256 << " max " << kl_max);
+    CHECK(last_rel < 3e-2);
+    CHECK(agree >= 251);  // >= 0.98 of 256
+    // Not the same numbers: the bf16 path really ran (an f32 fallback would give KL 0).
+    CHECK(kl_max > 0.0);
+  }
+}
+
+TEST_CASE("bf16 weights: oracle Compose stays well inside the bf16 path's own rounding") {
+  // The composition algebra is exact at any GEMM precision, but bf16 activations are not a
+  // continuous function: fp32 summation-order differences (the seam's chunking, GEMM row
+  // blocks) flip single bf16 roundings of a layer's input by 2^-8. So oracle Compose differs
+  // from FullPrefill by more than the fp32 path's 1e-4; it must stay far below what bf16
+  // rounding itself costs against the f32 path.
+  ScratchDir f32_dir, bf16_dir;
+  auto f32 = testing::LoadTiny(f32_dir.path(), {.dtype = DType::kBF16});
+  auto bf16 = testing::LoadTiny(bf16_dir.path(),
+                                {.dtype = DType::kBF16, .weights = WeightsDType::kBf16});
+  hypic::testing::SeededRng rng(11);
+  const auto vocab = static_cast<uint32_t>(bf16->config().vocab_size);
+  std::vector<ComposePart> parts;
+  parts.push_back({ComposePart::Kind::kRaw, rng.Tokens(5, vocab), nullptr});
+  for (size_t n : {30, 70, 17}) {
+    parts.push_back({ComposePart::Kind::kSegment, rng.Tokens(n, vocab), nullptr});
+  }
+  parts.push_back({ComposePart::Kind::kRaw, rng.Tokens(9, vocab), nullptr});
+  std::vector<uint32_t> all;
+  for (const auto& p : parts) all.insert(all.end(), p.tokens.begin(), p.tokens.end());
+
+  auto full = bf16->FullPrefill(all);
+  auto full_f32 = f32->FullPrefill(all);
+  REQUIRE_OK(full);
+  REQUIRE_OK(full_f32);
+  REQUIRE_OK(bf16->PrefillEntries(parts, ComposeMode::kOracle, {.seam_w = 8}));
+  auto oracle = bf16->Compose(parts, {.mode = ComposeMode::kOracle, .seam_w = 8});
+  REQUIRE_OK(oracle);
+  const double compose_err = testing::RelErr(oracle->logits, full->logits);
+  const double rounding = testing::RelErr(full->logits, full_f32->logits);
+  MESSAGE("bf16: oracle vs full " << compose_err << ", bf16 vs f32 full " << rounding);
+  CHECK(compose_err < 0.5 * rounding);
+}
+
+}  // namespace
+}  // namespace hypic::model

@@ -1,0 +1,54 @@
+// The GEMM peaks a benchmark quotes its efficiency against: fp32 and bf16 -> fp32 products at
+// 2048^3, measured in the same run with the best GEMM on the machine (oneDNN through
+// gpu/cpu/gemm.h, which the runtime uses too) at the calling thread's compute budget, plus
+// the kernels oneDNN chose. Header-only; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "gpu/cpu/gemm.h"
+#include "tools/hypic-bench/bench_timing.h"
+
+namespace hypic::tools {
+
+struct GemmPeaks {
+  Timing f32;   // GFLOP/s per wall second (wall) and per CPU second (cpu)
+  Timing bf16;  // likewise
+  std::string kernels;  // cpu::GemmSummary()
+};
+
+// Median of `reps` (REQUIRES: reps >= 1) after one untimed warm-up each.
+inline GemmPeaks MeasureGemmPeaks(int reps = 3) {
+  constexpr int64_t n = 2048;
+  const auto size = static_cast<size_t>(n * n);
+  std::vector<float> a(size), b(size), c(size);
+  for (size_t i = 0; i < size; ++i) {
+    a[i] = static_cast<float>(i % 17) * 0.01f;
+    b[i] = static_cast<float>(i % 13) * 0.01f;
+  }
+  std::vector<uint16_t> a16(size), b16(size);
+  cpu::ConvertRowsToBf16(a.data(), n, n, n, a16.data(), n);
+  cpu::ConvertRowsToBf16(b.data(), n, n, n, b16.data(), n);
+  const double flop = 2.0 * static_cast<double>(n * n * n);
+  auto rate = [&](auto&& product) {
+    product();
+    const Timing t = MedianTiming(reps, CpuClock::kProcess, product);
+    return Timing{flop / t.wall / 1e9, flop / t.cpu / 1e9};
+  };
+  GemmPeaks p;
+  p.f32 = rate([&] {
+    cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+              c.data(), n);
+  });
+  p.bf16 = rate([&] {
+    cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, n, n, n, 1.0f, a16.data(), n, b16.data(), n,
+              0.0f, c.data(), n);
+  });
+  p.kernels = cpu::GemmSummary();
+  return p;
+}
+
+}  // namespace hypic::tools
