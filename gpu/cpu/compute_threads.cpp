@@ -33,7 +33,7 @@ void ParallelFor(int64_t n, int64_t min_per_thread,
     if (n > 0) fn(0, n);
     return;
   }
-#pragma omp parallel num_threads(static_cast<int>(threads))
+#pragma omp parallel num_threads(static_cast <int>(threads))
   {
     // The team may be smaller than asked for (nested regions run on one thread).
     const int64_t team = omp_get_num_threads(), me = omp_get_thread_num();

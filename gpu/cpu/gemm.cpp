@@ -126,10 +126,10 @@ class PrimitiveCache {
   static std::shared_ptr<const Primitive> Build(const Key& key) {
     // Row-major op(A) [m, k]: stored [m, k] (strides {lda, 1}) or as its transpose [k, m]
     // (strides {1, lda}); likewise op(B) [k, n].
-    const memory::dims a_strides = key.ta == Trans::kNo ? memory::dims{key.lda, 1}
-                                                        : memory::dims{1, key.lda};
-    const memory::dims b_strides = key.tb == Trans::kNo ? memory::dims{key.ldb, 1}
-                                                        : memory::dims{1, key.ldb};
+    const memory::dims a_strides =
+        key.ta == Trans::kNo ? memory::dims{key.lda, 1} : memory::dims{1, key.lda};
+    const memory::dims b_strides =
+        key.tb == Trans::kNo ? memory::dims{key.ldb, 1} : memory::dims{1, key.ldb};
     auto p = std::make_shared<Primitive>();
     p->a = memory::desc({key.m, key.k}, key.dtype, a_strides);
     p->b = memory::desc({key.k, key.n}, key.dtype, b_strides);
@@ -252,6 +252,9 @@ std::string KernelName(memory::data_type dtype) {
 
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (n <= kGemmSmallDim && k <= kGemmSmallDim) {
+    return GemmAnyShape(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
   CachedGemm(memory::data_type::f32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -260,14 +263,13 @@ void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, cons
   CachedGemm(memory::data_type::bf16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                  int64_t ldc) {
+void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
   UseComputeThreads();
-  const dnnl_status_t st = dnnl_sgemm(ta == Trans::kNo ? 'N' : 'T', tb == Trans::kNo ? 'N' : 'T',
-                                      m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  const dnnl_status_t st = dnnl_sgemm(ta == Trans::kNo ? 'N' : 'T', tb == Trans::kNo ? 'N' : 'T', m,
+                                      n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (st != dnnl_success) {
     std::fprintf(stderr, "hypic: dnnl_sgemm failed (status %d)\n", static_cast<int>(st));
     std::abort();
@@ -283,7 +285,8 @@ void ConvertRowsToBf16(const float* src, int64_t lds, int64_t rows, int64_t cols
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
     for (; j + 16 <= cols; j += 16) {
       const __m256bh packed = _mm512_cvtneps_pbh(_mm512_loadu_ps(s + j));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + j), reinterpret_cast<const __m256i&>(packed));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + j),
+                          reinterpret_cast<const __m256i&>(packed));
     }
 #endif
     for (; j < cols; ++j) d[j] = F32ToBf16(s[j]);

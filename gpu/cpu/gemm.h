@@ -3,7 +3,8 @@
 // (Debian's libdnnl, which picks its kernels from CPUID features at run time: AMX-BF16 on
 // Sapphire/Emerald Rapids, AVX512-BF16 on Zen 4/5 and Cooper Lake, AVX-512 or AVX2 elsewhere).
 //
-// Gemm builds a oneDNN matmul primitive per shape and keeps it in a process-wide LRU cache, so
+// Gemm builds a oneDNN matmul primitive per shape (small fp32 products, kGemmSmallDim, go to
+// dnnl_sgemm instead) and keeps it in a process-wide LRU cache, so
 // a shape pays its set-up (about 0.2-0.4 ms of JIT) once. Rows are split into blocks of at
 // most kGemmRowBlock, then a multiple of 16, then a tail of fewer than 16, so the shapes a
 // weight sees stay few however the row count varies from call to call. GemmAnyShape is for
@@ -31,6 +32,12 @@ namespace hypic::cpu {
 enum class Trans : uint8_t { kNo = 0, kYes = 1 };
 
 inline constexpr int64_t kGemmRowBlock = 512;
+// fp32 products with n and k both at most this (the chunked linear-attention's) go to
+// dnnl_sgemm: there a primitive's per-call cost (memory objects, argument map) outweighs its
+// faster kernel (64^3: 2.9 us against 3.9; docs/benchmarks-history.md). The choice does not
+// depend on m, so a row's result does not depend on how many rows a call has (the primitives'
+// row blocks give the same bits per row: a last-row-only lm_head equals the all-rows one).
+inline constexpr int64_t kGemmSmallDim = 128;
 
 // C = alpha op(A) op(B) + beta C, fp32.
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -41,13 +48,12 @@ void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, cons
           int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // C = alpha op(A) op(B) + beta C, fp32, for shapes that differ call to call.
-void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                  int64_t ldc);
+void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // dst[r, j] = bf16(src[r, j]) for rows x cols, round to nearest even (vcvtneps2bf16 when the
-// build targets AVX512-BF16; the same bits as F32ToBf16 for every normal value; the instruction flushes
-// denormal inputs to zero).
+// build targets AVX512-BF16; the same bits as F32ToBf16 for every normal value; the instruction
+// flushes denormal inputs to zero).
 void ConvertRowsToBf16(const float* src, int64_t lds, int64_t rows, int64_t cols, uint16_t* dst,
                        int64_t ldd);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "gpu/cpu/compute_threads.h"
@@ -110,22 +111,46 @@ void CausalAttention(const AttentionShape& shape, const float* q, const float* k
   }
 }
 
+CpuForwardKernels::ScratchSet& CpuForwardKernels::ThreadScratch() {
+  thread_local ScratchSet set;
+  return set;
+}
+
+// Takes the thread's buffers (a pass nested in another on the same thread finds none and
+// grows its own) and gives them back when done, unless they grew past kKeptScratchBytes (a
+// one-off long prompt does not pin its buffers to the thread).
+CpuForwardKernels::CpuForwardKernels() : scratch_(std::exchange(ThreadScratch(), {})) {}
+
+CpuForwardKernels::~CpuForwardKernels() {
+  constexpr size_t kKeptScratchBytes = size_t{512} << 20;
+  size_t bytes = scratch_.x_bf16.capacity() * sizeof(uint16_t);
+  for (const Buffer& b : scratch_.slots) bytes += static_cast<size_t>(b.capacity) * sizeof(float);
+  ScratchSet& kept = ThreadScratch();
+  if (kept.slots.empty() && bytes <= kKeptScratchBytes) kept = std::move(scratch_);
+}
+
 float* CpuForwardKernels::Scratch(int slot, int64_t n) {
-  if (scratch_.size() <= static_cast<size_t>(slot)) scratch_.resize(static_cast<size_t>(slot) + 1);
-  std::vector<float>& v = scratch_[static_cast<size_t>(slot)];
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
+  std::vector<Buffer>& slots = scratch_.slots;
+  if (slots.size() <= static_cast<size_t>(slot)) slots.resize(static_cast<size_t>(slot) + 1);
+  Buffer& b = slots[static_cast<size_t>(slot)];
+  if (b.capacity < n) {
+    b.data.reset(new float[static_cast<size_t>(n)]);
+    b.capacity = n;
+  }
+  return b.data.get();
 }
 
 void CpuForwardKernels::Embed(DeviceWeight table, std::span<const uint32_t> tokens, int64_t dim,
                               float* x) {
-  for (size_t r = 0; r < tokens.size(); ++r) {
-    const auto row = static_cast<int64_t>(tokens[r]) * dim;
-    ConvertElements(table.dtype,
-                    static_cast<const std::byte*>(table.data) +
-                        static_cast<size_t>(row) * DTypeSize(table.dtype),
-                    DType::kF32, x + static_cast<int64_t>(r) * dim, static_cast<size_t>(dim));
-  }
+  cpu::ParallelFor(static_cast<int64_t>(tokens.size()), 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const auto row = static_cast<int64_t>(tokens[static_cast<size_t>(r)]) * dim;
+      ConvertElements(table.dtype,
+                      static_cast<const std::byte*>(table.data) +
+                          static_cast<size_t>(row) * DTypeSize(table.dtype),
+                      DType::kF32, x + r * dim, static_cast<size_t>(dim));
+    }
+  });
 }
 
 void CpuForwardKernels::Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx,
@@ -136,9 +161,12 @@ void CpuForwardKernels::Gemm(int64_t m, int64_t n, int64_t k, const float* x, in
               static_cast<const float*>(w.data), ldw, beta, y, ldy);
     return;
   }
-  x_bf16_.resize(static_cast<size_t>(m * k));
-  cpu::ConvertRowsToBf16(x, ldx, m, k, x_bf16_.data(), k);
-  cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, m, n, k, 1.0f, x_bf16_.data(), k,
+  std::vector<uint16_t>& x_bf16 = scratch_.x_bf16;
+  if (x_bf16.size() < static_cast<size_t>(m * k)) x_bf16.resize(static_cast<size_t>(m * k));
+  cpu::ParallelFor(m, 64, [&](int64_t r0, int64_t r1) {
+    cpu::ConvertRowsToBf16(x + r0 * ldx, ldx, r1 - r0, k, x_bf16.data() + r0 * k, k);
+  });
+  cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, m, n, k, 1.0f, x_bf16.data(), k,
             static_cast<const uint16_t*>(w.data), ldw, beta, y, ldy);
 }
 
@@ -159,16 +187,22 @@ void CpuForwardKernels::GatedRmsNorm(float* o, const float* z, int64_t ldz, cons
 }
 
 void CpuForwardKernels::Add(float* x, const float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+  cpu::ParallelFor(n, 1 << 15, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) x[i] += y[i];
+  });
 }
 
 void CpuForwardKernels::Fill(float* x, int64_t n, float value) { std::fill(x, x + n, value); }
 
 void CpuForwardKernels::Copy2D(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows,
                                int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(dst + r * ldd, src + r * lds, static_cast<size_t>(cols) * sizeof(float));
-  }
+  cpu::ParallelFor(rows, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(cols, 1)),
+                   [&](int64_t r0, int64_t r1) {
+                     for (int64_t r = r0; r < r1; ++r) {
+                       std::memcpy(dst + r * ldd, src + r * lds,
+                                   static_cast<size_t>(cols) * sizeof(float));
+                     }
+                   });
 }
 
 void CpuForwardKernels::Rope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
@@ -243,31 +277,38 @@ void CpuForwardKernels::SwiGlu(float* gu, int64_t rows, int64_t im) {
 
 void CpuForwardKernels::GatherRows(const float* src, std::span<const int64_t> idx, int64_t cols,
                                    float* dst) {
-  for (size_t j = 0; j < idx.size(); ++j) {
-    std::memcpy(dst + static_cast<int64_t>(j) * cols, src + idx[j] * cols,
-                static_cast<size_t>(cols) * sizeof(float));
-  }
+  cpu::ParallelFor(static_cast<int64_t>(idx.size()), 64, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      std::memcpy(dst + j * cols, src + idx[static_cast<size_t>(j)] * cols,
+                  static_cast<size_t>(cols) * sizeof(float));
+    }
+  });
 }
 
 void CpuForwardKernels::ScatterAddRows(float* y, std::span<const int64_t> idx,
                                        std::span<const float> weight, int64_t cols,
                                        const float* src) {
-  for (size_t j = 0; j < idx.size(); ++j) {
-    float* yr = y + idx[j] * cols;
-    const float wgt = weight[j];
-    const float* s = src + static_cast<int64_t>(j) * cols;
-    for (int64_t i = 0; i < cols; ++i) yr[i] += wgt * s[i];
-  }
+  // idx holds no duplicates, so the rows' updates are independent.
+  cpu::ParallelFor(static_cast<int64_t>(idx.size()), 64, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      float* yr = y + idx[static_cast<size_t>(j)] * cols;
+      const float wgt = weight[static_cast<size_t>(j)];
+      const float* s = src + j * cols;
+      for (int64_t i = 0; i < cols; ++i) yr[i] += wgt * s[i];
+    }
+  });
 }
 
 void CpuForwardKernels::SharedExpertAdd(const float* x, const float* gate_w, const float* out,
                                         float* y, int64_t rows, int64_t dim) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float sg = SharedExpertGate(x + r * dim, gate_w, dim);
-    float* yr = y + r * dim;
-    const float* src = out + r * dim;
-    for (int64_t i = 0; i < dim; ++i) yr[i] += sg * src[i];
-  }
+  cpu::ParallelFor(rows, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float sg = SharedExpertGate(x + r * dim, gate_w, dim);
+      float* yr = y + r * dim;
+      const float* src = out + r * dim;
+      for (int64_t i = 0; i < dim; ++i) yr[i] += sg * src[i];
+    }
+  });
 }
 
 }  // namespace hypic::model

@@ -39,6 +39,11 @@ void CausalAttention(const AttentionShape& shape, const float* q, const float* k
 // itself, steps call the functions above (and linear::ChunkedForward / CausalConv).
 class CpuForwardKernels final : public ForwardKernels {
  public:
+  CpuForwardKernels();
+  ~CpuForwardKernels() override;
+  CpuForwardKernels(const CpuForwardKernels&) = delete;
+  CpuForwardKernels& operator=(const CpuForwardKernels&) = delete;
+
   float* Scratch(int slot, int64_t n) override;
   const float* Weight(const std::vector<float>& host) override { return host.data(); }
   DeviceWeight Weight(const WeightTensor& host) override { return {host.dtype(), host.data()}; }
@@ -80,8 +85,18 @@ class CpuForwardKernels final : public ForwardKernels {
                        int64_t rows, int64_t dim) override;
 
  private:
-  std::vector<std::vector<float>> scratch_;
-  std::vector<uint16_t> x_bf16_;  // a bf16 GEMM's activations
+  // Working buffers, uninitialised, kept by the thread between passes (ScratchSet in the .cpp):
+  // a fresh pass would otherwise zero-fill and fault in tens of MiB every time.
+  struct Buffer {
+    std::unique_ptr<float[]> data;
+    int64_t capacity = 0;
+  };
+  struct ScratchSet {
+    std::vector<Buffer> slots;
+    std::vector<uint16_t> x_bf16;  // a bf16 GEMM's activations
+  };
+  static ScratchSet& ThreadScratch();
+  ScratchSet scratch_;
   Status status_;
 };
 

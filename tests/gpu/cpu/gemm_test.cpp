@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -82,24 +83,51 @@ TEST_CASE("Gemm matches a float64 product for every transpose, alpha, beta and r
     for (Trans tb : {Trans::kNo, Trans::kYes}) {
       for (int64_t m : {1, 15, 16, 37, 512, 530}) {
         for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, {-1.0f, 1.0f}, {0.125f, 0.5f}}) {
-          const int64_t n = 24, k = 40;
-          Problem p{ta, tb, m, n, k, 0, 0, n + 3, alpha, beta};
-          p.lda = (ta == Trans::kNo ? k : m) + 5;
-          p.ldb = (tb == Trans::kNo ? n : k) + 1;
-          const auto a = Operand(rng, ta, m, k, p.lda);
-          const auto b = Operand(rng, tb, k, n, p.ldb);
-          const auto c0 = rng.NormalVector(static_cast<size_t>(m * p.ldc));
-          auto c = c0;
-          Gemm(ta, tb, m, n, k, alpha, a.data(), p.lda, b.data(), p.ldb, beta, c.data(), p.ldc);
-          INFO("ta=", int(ta), " tb=", int(tb), " m=", m, " alpha=", alpha, " beta=", beta);
-          CheckProduct(p, a, b, c0, c);
-          auto any = c0;
-          GemmAnyShape(ta, tb, m, n, k, alpha, a.data(), p.lda, b.data(), p.ldb, beta, any.data(),
-                       p.ldc);
-          CheckProduct(p, a, b, c0, any);
+          for (int64_t n : {24, 136}) {  // dnnl_sgemm, then the primitive path
+            const int64_t k = 40;
+            Problem p{ta, tb, m, n, k, 0, 0, n + 3, alpha, beta};
+            p.lda = (ta == Trans::kNo ? k : m) + 5;
+            p.ldb = (tb == Trans::kNo ? n : k) + 1;
+            const auto a = Operand(rng, ta, m, k, p.lda);
+            const auto b = Operand(rng, tb, k, n, p.ldb);
+            const auto c0 = rng.NormalVector(static_cast<size_t>(m * p.ldc));
+            auto c = c0;
+            Gemm(ta, tb, m, n, k, alpha, a.data(), p.lda, b.data(), p.ldb, beta, c.data(), p.ldc);
+            INFO("ta=", int(ta), " tb=", int(tb), " m=", m, " alpha=", alpha, " beta=", beta);
+            CheckProduct(p, a, b, c0, c);
+            auto any = c0;
+            GemmAnyShape(ta, tb, m, n, k, alpha, a.data(), p.lda, b.data(), p.ldb, beta, any.data(),
+                         p.ldc);
+            CheckProduct(p, a, b, c0, any);
+          }
         }
       }
     }
+  }
+}
+
+TEST_CASE("a row's bits do not depend on how many rows its call has (fp32 and bf16)") {
+  // Against nn.Linear-shaped weights: the model relies on it (a last-row-only lm_head equals
+  // the all-rows one; a prompt's rows do not change with the rows batched beside them).
+  testing::SeededRng rng(9);
+  constexpr int64_t m = 530, n = 136, k = 200;
+  const auto x = rng.NormalVector(static_cast<size_t>(m * k));
+  const auto w = rng.NormalVector(static_cast<size_t>(n * k));
+  std::vector<uint16_t> x16(x.size()), w16(w.size());
+  ConvertRowsToBf16(x.data(), k, m, k, x16.data(), k);
+  ConvertRowsToBf16(w.data(), k, n, k, w16.data(), k);
+  std::vector<float> all(m * n), all16(m * n);
+  Gemm(Trans::kNo, Trans::kYes, m, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, all.data(), n);
+  Gemm(Trans::kNo, Trans::kYes, m, n, k, 1.0f, x16.data(), k, w16.data(), k, 0.0f, all16.data(), n);
+  for (auto [row0, rows] : {std::pair<int64_t, int64_t>{529, 1}, {0, 1}, {7, 37}, {100, 300}}) {
+    std::vector<float> part(rows * n), part16(rows * n);
+    Gemm(Trans::kNo, Trans::kYes, rows, n, k, 1.0f, x.data() + row0 * k, k, w.data(), k, 0.0f,
+         part.data(), n);
+    Gemm(Trans::kNo, Trans::kYes, rows, n, k, 1.0f, x16.data() + row0 * k, k, w16.data(), k, 0.0f,
+         part16.data(), n);
+    INFO("rows [", row0, ", ", row0 + rows, ")");
+    CHECK(std::equal(part.begin(), part.end(), all.begin() + row0 * n));
+    CHECK(std::equal(part16.begin(), part16.end(), all16.begin() + row0 * n));
   }
 }
 
@@ -134,22 +162,29 @@ TEST_CASE("k = 0 scales C by beta; empty products touch nothing") {
 }
 
 TEST_CASE("a shape builds its primitive once; budgets get their own") {
-  std::vector<float> a(33 * 20, 1.0f), b(20 * 9, 1.0f), c(33 * 9);
+  constexpr int64_t m = 145, n = 160, k = 96;  // n above kGemmSmallDim
+  static_assert(n > kGemmSmallDim);
+  std::vector<float> a(m * k, 1.0f), b(k * n, 1.0f), c(m * n);
   auto run = [&] {
-    Gemm(Trans::kNo, Trans::kNo, 33, 9, 20, 1.0f, a.data(), 20, b.data(), 9, 0.0f, c.data(), 9);
+    Gemm(Trans::kNo, Trans::kNo, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
   };
   ScopedComputeThreads one(1);
-  run();  // 33 rows: a 32-row block and a 1-row tail
+  run();  // 145 rows: a 144-row block and a 1-row tail
   const GemmCacheStats first = GemmCacheCounters();
   run();
   const GemmCacheStats second = GemmCacheCounters();
   CHECK(second.built == first.built);
   CHECK(second.hits == first.hits + 2);
-  for (float x : c) CHECK(x == 20.0f);
+  for (float x : c) CHECK(x == static_cast<float>(k));
   {
     ScopedComputeThreads two(2);
     run();
   }
+  CHECK(GemmCacheCounters().built == second.built + 2);
+  // Small fp32 products build nothing.
+  std::vector<float> small(16 * 16, 1.0f), out(16 * 16);
+  Gemm(Trans::kNo, Trans::kNo, 16, 16, 16, 1.0f, small.data(), 16, small.data(), 16, 0.0f,
+       out.data(), 16);
   CHECK(GemmCacheCounters().built == second.built + 2);
 }
 
@@ -193,14 +228,17 @@ TEST_CASE("threads running different products at once each get their own bits") 
   std::vector<Outputs> together(kThreads), alone(kThreads), pooled(kThreads);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] { run(work[static_cast<size_t>(t)], &together[static_cast<size_t>(t)]); });
+    threads.emplace_back(
+        [&, t] { run(work[static_cast<size_t>(t)], &together[static_cast<size_t>(t)]); });
   }
   for (std::thread& t : threads) t.join();
-  for (int t = 0; t < kThreads; ++t) run(work[static_cast<size_t>(t)], &alone[static_cast<size_t>(t)]);
+  for (int t = 0; t < kThreads; ++t)
+    run(work[static_cast<size_t>(t)], &alone[static_cast<size_t>(t)]);
   // Likewise on ParallelFor's (OpenMP) threads.
   ScopedComputeThreads budget(kThreads);
   ParallelFor(kThreads, 1, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) run(work[static_cast<size_t>(t)], &pooled[static_cast<size_t>(t)]);
+    for (int64_t t = b; t < e; ++t)
+      run(work[static_cast<size_t>(t)], &pooled[static_cast<size_t>(t)]);
   });
   for (int t = 0; t < kThreads; ++t) {
     CHECK(together[static_cast<size_t>(t)] == alone[static_cast<size_t>(t)]);

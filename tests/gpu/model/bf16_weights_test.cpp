@@ -52,8 +52,8 @@ TEST_CASE("bf16 weights stay within bf16 rounding of the f32 path over 256 posit
       const float* pa = a->logits.data() + r * vocab;
       const float* pb = b->logits.data() + r * vocab;
       agree += Argmax(pa, vocab) == Argmax(pb, vocab) ? 1 : 0;
-      const double kl = testing::Kl(std::vector<float>(pa, pa + vocab),
-                                    std::vector<float>(pb, pb + vocab));
+      const double kl =
+          testing::Kl(std::vector<float>(pa, pa + vocab), std::vector<float>(pb, pb + vocab));
       kl_sum += kl;
       kl_max = std::max(kl_max, kl);
     }
@@ -61,8 +61,8 @@ TEST_CASE("bf16 weights stay within bf16 rounding of the f32 path over 256 posit
     const std::vector<float> last_b(b->logits.end() - vocab, b->logits.end());
     const double last_rel = testing::RelErr(last_b, last_a);
     MESSAGE("bf16 vs f32: last-token logits rel " << last_rel << ", top-1 agreement " << agree
-                                                  << "/256, KL(f32||bf16) mean "
-                                                  << kl_sum / 256 << " max " << kl_max);
+                                                  << "/256, KL(f32||bf16) mean " << kl_sum / 256
+                                                  << " max " << kl_max);
     CHECK(last_rel < 3e-2);
     CHECK(agree >= 251);  // >= 0.98 of 256
     // Not the same numbers: the bf16 path really ran (an f32 fallback would give KL 0).
@@ -78,8 +78,8 @@ TEST_CASE("bf16 weights: oracle Compose stays well inside the bf16 path's own ro
   // rounding itself costs against the f32 path.
   ScratchDir f32_dir, bf16_dir;
   auto f32 = testing::LoadTiny(f32_dir.path(), {.dtype = DType::kBF16});
-  auto bf16 = testing::LoadTiny(bf16_dir.path(),
-                                {.dtype = DType::kBF16, .weights = WeightsDType::kBf16});
+  auto bf16 =
+      testing::LoadTiny(bf16_dir.path(), {.dtype = DType::kBF16, .weights = WeightsDType::kBf16});
   hypic::testing::SeededRng rng(11);
   const auto vocab = static_cast<uint32_t>(bf16->config().vocab_size);
   std::vector<ComposePart> parts;
