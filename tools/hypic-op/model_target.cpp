@@ -1,5 +1,9 @@
 #include "tools/hypic-op/model_target.h"
 
+#include <fmt/format.h>
+
+#include <optional>
+
 namespace hypic::tools {
 
 void ModelTarget::AddOptions(CLI::App& sub) {
@@ -7,6 +11,9 @@ void ModelTarget::AddOptions(CLI::App& sub) {
   sub.add_option("--cache-dir", cache_dir, "Where builtin models are generated")
       ->capture_default_str();
   sub.add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
+  sub.add_option("--weights-dtype", weights_dtype,
+                 "GEMM weights: auto (a bf16 checkpoint stays bf16), bf16 or f32")
+      ->capture_default_str();
 }
 
 Result<ModelTarget::Opened> ModelTarget::Open() const {
@@ -15,7 +22,11 @@ Result<ModelTarget::Opened> ModelTarget::Open() const {
   if (!parsed.ok()) return parsed.status().WithContext("--device");
   if (Status st = model::CheckComputeDevice(*parsed); !st.ok()) return st.WithContext("--device");
   out.device = *parsed;
-  HYPIC_ASSIGN_OR_RETURN(out.model, model::LoadModel(model, cache_dir));
+  const std::optional<model::WeightsDType> weights = model::ParseWeightsDType(weights_dtype);
+  if (!weights) {
+    return BadRequest(fmt::format("--weights-dtype: '{}' is not auto, bf16 or f32", weights_dtype));
+  }
+  HYPIC_ASSIGN_OR_RETURN(out.model, model::LoadModel(model, cache_dir, {.weights = *weights}));
   return out;
 }
 

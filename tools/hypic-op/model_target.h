@@ -1,6 +1,7 @@
 // ModelTarget: the flags that name the model and the device of hypic-op's model passes (prefill,
-// compose): --model, --cache-dir, --device. Open() checks the device (errors name --device) and
-// loads the model (errors are the loader's). A value type, filled by CLI11.
+// compose): --model, --cache-dir, --device, --weights-dtype. Open() checks the device and the
+// dtype (errors name the flag) and loads the model (errors are the loader's). A value type, filled
+// by CLI11.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -17,6 +18,7 @@ struct ModelTarget {
   std::string model;
   std::string cache_dir = "/tmp/hypic-models";
   std::string device = "cpu";
+  std::string weights_dtype = "auto";
 
   struct Opened {
     std::shared_ptr<const model::Model> model;

@@ -166,6 +166,10 @@ TEST_CASE("hypic-op errors exit 2 and name the field") {
   e = fx.Run(fmt::format("prefill --model {} --tokens 1,600 --output {}", model, out.string()));
   CHECK(e.code == 2);
   CHECK(e.err.find("vocab_size") != std::string::npos);
+  e = fx.Run(fmt::format("prefill --model {} --tokens 1,2 --output {} --weights-dtype f8", model,
+                         out.string()));
+  CHECK(e.code == 2);
+  CHECK(e.err.find("--weights-dtype") != std::string::npos);
 
   // --device: a bad name, or a CUDA device this build or machine does not have, exits 2.
   std::ofstream(req, std::ios::trunc)
