@@ -85,30 +85,32 @@ void CausalAttention(const AttentionShape& shape, const float* q, const float* k
   const int64_t hd = shape.head_dim, group = shape.heads / shape.kv_heads;
   const int64_t ldq = shape.heads * hd, ldk = shape.kv_heads * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float> scores;
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
-    const int64_t tile = std::min(kTile, rows - r0);
-    const int64_t keys = pos0 + r0 + tile;  // keys visible to the tile's last row
-    scores.resize(static_cast<size_t>(tile * keys));
-    for (int64_t h = 0; h < shape.heads; ++h) {
-      const int64_t g = h / group;
+  const int64_t tiles = (rows + kTile - 1) / kTile;
+  // Work items (head, tile), numbered head-major so each thread's range holds whole heads
+  // (tiles grow with their keys; a head's tiles together cost the same for every head). Each
+  // item runs on one thread: its two products and the softmax between them.
+  cpu::ParallelFor(shape.heads * tiles, tiles, [&](int64_t p0, int64_t p1) {
+    std::vector<float> scores;
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t h = p / tiles, r0 = (p % tiles) * kTile, g = h / group;
+      const int64_t tile = std::min(kTile, rows - r0);
+      const int64_t keys = pos0 + r0 + tile;  // keys visible to the tile's last row
+      scores.resize(static_cast<size_t>(tile * keys));
       cpu::GemmAnyShape(cpu::Trans::kNo, cpu::Trans::kYes, tile, keys, hd, scale,
                         q + r0 * ldq + h * hd, ldq, k + g * hd, ldk, 0.0f, scores.data(), keys);
-      cpu::ParallelFor(tile, std::max<int64_t>(1, 8192 / keys), [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-          float* row = scores.data() + i * keys;
-          const int64_t valid = pos0 + r0 + i + 1;
-          const float mx = LaneMax(row, valid);
-          for (int64_t j = 0; j < valid; ++j) row[j] = FastExp(row[j] - mx);
-          const float inv = 1.0f / LaneSum(row, valid);
-          for (int64_t j = 0; j < valid; ++j) row[j] *= inv;
-          std::fill(row + valid, row + keys, 0.0f);
-        }
-      });
+      for (int64_t i = 0; i < tile; ++i) {
+        float* row = scores.data() + i * keys;
+        const int64_t valid = pos0 + r0 + i + 1;
+        const float mx = LaneMax(row, valid);
+        for (int64_t j = 0; j < valid; ++j) row[j] = FastExp(row[j] - mx);
+        const float inv = 1.0f / LaneSum(row, valid);
+        for (int64_t j = 0; j < valid; ++j) row[j] *= inv;
+        std::fill(row + valid, row + keys, 0.0f);
+      }
       cpu::GemmAnyShape(cpu::Trans::kNo, cpu::Trans::kNo, tile, hd, keys, 1.0f, scores.data(), keys,
                         v + g * hd, ldk, 0.0f, out + r0 * ldq + h * hd, ldq);
     }
-  }
+  });
 }
 
 CpuForwardKernels::ScratchSet& CpuForwardKernels::ThreadScratch() {
