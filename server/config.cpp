@@ -176,6 +176,13 @@ std::vector<ConfigKey> BuildKeys() {
                            &ServerConfig::model_cache_dir));
   keys.push_back(U32Key("seam_w", "default seam window w (tokens recomputed per segment)",
                         &ServerConfig::seam_w, 0));
+  keys.push_back(ParsedKey<EntryDTypes>(
+      "entry_dtype",
+      "precision the prefilled entries store each tensor kind in (part of their keys): a dtype "
+      "for every kind (f32, bf16, f16) and/or kind=dtype items, kinds t (transition), s "
+      "(state), conv (conv tail), kv; unnamed kinds are f32, e.g. 'kv=bf16' or 'bf16,t=f32'",
+      &ServerConfig::entry_dtype, [](std::string_view v) { return EntryDTypes::Parse(v); },
+      [](const EntryDTypes& d) { return d.ToString(); }));
   keys.push_back(StringKey("eviction_policy", "per-tier eviction: lru or cost (cost-aware)",
                            &ServerConfig::eviction_policy));
   keys.push_back(CapacityKey("ram_capacity", "host RAM tier bytes; auto = 25% of physical RAM",

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/segment_key.h"
 #include "core/status.h"
 
 namespace hypic::server {
@@ -33,6 +34,14 @@ struct Endpoint {
   bool IsLoopback() const;
   static Result<Endpoint> Parse(std::string_view text);
 };
+
+// The daemon's default entry precision, "bf16,t=f32": the transition stays f32 (its rounding
+// would compound along the chain of segments), the rest is bf16 (f32's range, 0.6x the bytes).
+// Chosen from the measurements in docs/entry-precision.md.
+inline EntryDTypes DefaultEntryDTypes() {
+  return {
+      .transition = DType::kF32, .state = DType::kBF16, .conv = DType::kBF16, .kv = DType::kBF16};
+}
 
 struct ServerConfig {
   // Where the file came from ("" when none); informational.
@@ -50,10 +59,13 @@ struct ServerConfig {
 
   // Storage and model.
   std::string data_dir = "./hypic-data";
-  std::string model = "builtin:small";   // "none": serve the cache only (no PREFILL/COMPOSE)
-  std::string model_cache_dir;           // built-in models; "" = <data_dir>/models
-  std::string weights_dtype = "auto";    // GEMM weights: auto | bf16 | f32 (checkpoint.h)
-  uint32_t seam_w = 8;                   // default seam window (a request may choose another)
+  std::string model = "builtin:small";  // "none": serve the cache only (no PREFILL/COMPOSE)
+  std::string model_cache_dir;          // built-in models; "" = <data_dir>/models
+  std::string weights_dtype = "auto";   // GEMM weights: auto | bf16 | f32 (checkpoint.h)
+  uint32_t seam_w = 8;                  // default seam window (a request may choose another)
+  // Precision of the entries this daemon prefills, per tensor kind (docs/entry-precision.md);
+  // part of their keys. Entries stored in another precision are not found by a lookup.
+  EntryDTypes entry_dtype = DefaultEntryDTypes();
   std::string eviction_policy = "lru";   // lru | cost
   std::optional<uint64_t> ram_capacity;  // bytes; nullopt = "auto" until resolved
   std::optional<uint64_t> ssd_capacity;

@@ -413,11 +413,19 @@ uint32_t Handlers::SeamOf(uint32_t requested) const {
   return requested == protocol::kDefaultSeam ? config_.seam_w : requested;
 }
 
+model::SegmentOptions Handlers::SegmentOptionsOf(const std::string& name_space,
+                                                 uint32_t seam_w) const {
+  model::SegmentOptions options;
+  options.seam_w = seam_w;
+  options.name_space = name_space;
+  options.entry_dtypes = config_.entry_dtype;
+  return options;
+}
+
 SegmentKey Handlers::KeyOf(const std::string& name_space, uint32_t seam_w,
                            std::span<const uint32_t> tokens) const {
-  CacheSettings settings;
-  settings.seam_w = seam_w;
-  return SegmentKey::Compute(name_space, model_->fingerprint(), settings, tokens);
+  return SegmentKey::Compute(name_space, model_->fingerprint(),
+                             SegmentOptionsOf(name_space, seam_w).Settings(), tokens);
 }
 
 Result<Handlers::EntryPtr> Handlers::Lookup(const SegmentKey& key, protocol::Tier* tier) {
@@ -443,9 +451,7 @@ Result<protocol::Bytes> Handlers::Prefill(const Request& req) {
   HYPIC_ASSIGN_OR_RETURN(protocol::PrefillRequest in,
                          protocol::Decode<protocol::PrefillRequest>(req.Body()));
   uint32_t seam = SeamOf(in.seam_w);
-  model::SegmentOptions options;
-  options.seam_w = seam;
-  options.name_space = in.name_space;
+  const model::SegmentOptions options = SegmentOptionsOf(in.name_space, seam);
   protocol::PrefillReply out;
   out.results.resize(in.segments.size());
   std::vector<EntryPtr> entries(in.segments.size());
@@ -539,6 +545,13 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
         return BadRequest(fmt::format("COMPOSE part {}: entry has seam {} but the request uses {}",
                                       i, entry->meta().settings.seam_w, seam));
       }
+      // Never a lower precision than this daemon's: a lookup by tokens would not find it.
+      const EntryDTypes& have = entry->meta().settings.entry_dtypes;
+      if (!have.AtLeastAsPrecise(config_.entry_dtype)) {
+        return BadRequest(fmt::format(
+            "COMPOSE part {}: entry {} stores {}, less precise than this daemon's entry_dtype {}",
+            i, key.ToHex(), have.ToString(), config_.entry_dtype.ToString()));
+      }
       mp.tokens = entry->meta().tokens;
       if (cached_mode) mp.entry = entry;
       pr.outcome = protocol::PartOutcome::kHit;
@@ -562,10 +575,8 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
   }
   if (mode == model::ComposeMode::kOracle) {
     auto t0 = Clock::now();
-    model::SegmentOptions options;
-    options.seam_w = seam;
-    options.name_space = in.name_space;
-    HYPIC_RETURN_IF_ERROR(model_->PrefillEntries(parts, mode, options));
+    HYPIC_RETURN_IF_ERROR(
+        model_->PrefillEntries(parts, mode, SegmentOptionsOf(in.name_space, seam)));
     prefill_us += Micros(Clock::now() - t0);
   }
   HYPIC_RETURN_IF_ERROR(CheckDeadline(req));
@@ -582,9 +593,7 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
   } else if (cached_mode) {
     // Misses are prefilled on the workers (single flight, LPT), each entry streamed to this
     // thread and stored as it completes; the combine (Compose) runs when the last arrives.
-    model::SegmentOptions segment_options;
-    segment_options.seam_w = seam;
-    segment_options.name_space = in.name_space;
+    const model::SegmentOptions segment_options = SegmentOptionsOf(in.name_space, seam);
     runtime::ColdComposeReport report;
     composed = runtime::ColdCompose(*scheduler_, model_, std::move(parts), options, segment_options,
                                     req.deadline, &report);

@@ -96,6 +96,9 @@ class Handlers {
                                              protocol::ComposeReply& out);
 
   uint32_t SeamOf(uint32_t requested) const;
+  // The options of this daemon's segment prefills (seam, namespace, entry dtypes); KeyOf
+  // computes keys over the same settings, so a prefilled entry is found under its key.
+  model::SegmentOptions SegmentOptionsOf(const std::string& name_space, uint32_t seam_w) const;
   SegmentKey KeyOf(const std::string& name_space, uint32_t seam_w,
                    std::span<const uint32_t> tokens) const;
   // The stored entry of `key` (parsed and verified), or nullptr on a miss; `tier` gets where.

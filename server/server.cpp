@@ -148,6 +148,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
         DTypeName(s->model_->weights_dtype()), c.weights_dtype, resident / 1048576.0,
         stored > 0 ? static_cast<double>(resident) / static_cast<double>(stored) : 0.0,
         stored / 1048576.0);
+    HYPIC_LOG_INFO("entries: {} (entry_dtype)", c.entry_dtype.ToString());
     runtime::PoolOptions po;
     po.kind = gpu::BackendKind::kCpu;
     po.cpu_workers = static_cast<int>(c.prefill_workers);

@@ -35,8 +35,9 @@ constexpr size_t kOffTableOffset = 80;
 constexpr size_t kOffDataOffset = 88;
 constexpr size_t kOffAlignment = 96;
 constexpr size_t kOffFlags = 100;
-constexpr size_t kOffReserved = 104;
-constexpr size_t kReservedBytes = 16;
+constexpr size_t kOffEntryDTypes = 104;  // u8 each: T, S, conv tail, K/V (0 = f32)
+constexpr size_t kOffReserved = 108;
+constexpr size_t kReservedBytes = 12;
 constexpr size_t kOffHeaderChecksum = 120;
 
 // Table record field offsets.
@@ -146,12 +147,22 @@ Result<Header> DecodeHeader(std::span<const std::byte> bytes, bool need_whole_en
       Load<uint32_t>(p + kOffFlags) != 0 || !AllZero(p + kOffReserved, kReservedBytes)) {
     return Corruption("entry header has a bad size, alignment, flags or reserved field");
   }
+  EntryDTypes dtypes;
+  DType* fields[] = {&dtypes.transition, &dtypes.state, &dtypes.conv, &dtypes.kv};
+  for (size_t i = 0; i < 4; ++i) {
+    const auto t = static_cast<uint8_t>(p[kOffEntryDTypes + i]);
+    if (t > kMaxDType || !IsEntryDType(static_cast<DType>(t))) {
+      return Corruption(fmt::format("entry header names dtype {} for a tensor kind", t));
+    }
+    *fields[i] = static_cast<DType>(t);
+  }
   Header h;
   EntryInfo& info = h.info;
   info.key = SegmentKey(Hash128::FromBytes(p + kOffKey));
   info.model = Hash128::FromBytes(p + kOffModel);
   info.settings.format_version = version;
   info.settings.seam_w = Load<uint32_t>(p + kOffSeamW);
+  info.settings.entry_dtypes = dtypes;
   info.conv_k = Load<uint32_t>(p + kOffConvK);
   info.num_layers = Load<uint32_t>(p + kOffNumLayers);
   info.n_tokens = Load<uint32_t>(p + kOffNumTokens);
@@ -273,6 +284,15 @@ Result<std::shared_ptr<const HostBuffer>> Serialize(const SegmentEntry& entry) {
                     m.settings.format_version, kEntryFormatVersion));
   }
   HYPIC_ASSIGN_OR_RETURN(EntryInfo info, InfoOf(entry));
+  const EntryDTypes& dtypes = m.settings.entry_dtypes;
+  for (DType t : {dtypes.transition, dtypes.state, dtypes.conv, dtypes.kv}) {
+    if (!IsEntryDType(t)) {
+      return BadRequest(
+          fmt::format("entry settings name dtype {} for a tensor kind (want F32, "
+                      "BF16 or F16)",
+                      static_cast<int>(t)));
+    }
+  }
   if (SegmentKey::Compute(m.name_space, m.model, m.settings, m.tokens) != m.key) {
     return BadRequest("entry key does not match its namespace, model, settings and tokens");
   }
@@ -310,6 +330,10 @@ Result<std::shared_ptr<const HostBuffer>> Serialize(const SegmentEntry& entry) {
   m.key.hash().ToBytes(p + kOffKey);
   m.model.ToBytes(p + kOffModel);
   Store<uint32_t>(p + kOffSeamW, m.settings.seam_w);
+  p[kOffEntryDTypes + 0] = static_cast<std::byte>(dtypes.transition);
+  p[kOffEntryDTypes + 1] = static_cast<std::byte>(dtypes.state);
+  p[kOffEntryDTypes + 2] = static_cast<std::byte>(dtypes.conv);
+  p[kOffEntryDTypes + 3] = static_cast<std::byte>(dtypes.kv);
   Store<uint32_t>(p + kOffConvK, m.conv_k);
   Store<uint32_t>(p + kOffNumLayers, m.num_layers);
   Store<uint32_t>(p + kOffNumTokens, info.n_tokens);

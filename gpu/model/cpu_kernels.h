@@ -29,11 +29,11 @@ void RmsNormZeroCentred(const float* x, int64_t ldx, const float* w, float* y, i
 void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
                int64_t rotary_dim, double theta, int64_t pos0);
 
-// Causal softmax attention for `rows` queries at positions pos0 .. pos0+rows-1 over keys and
-// values at positions [0, pos0 + rows). q/out: [rows, heads, head_dim]; k/v: [positions,
-// kv_heads, head_dim]. Scores scaled by 1/sqrt(head_dim); softmax in fp32.
+// Causal softmax attention, one query row per entry of `positions` (non-decreasing): row r
+// attends keys and values at positions [0, positions[r]]. q/out: [rows, heads, head_dim];
+// k/v: [positions, kv_heads, head_dim]. Scores scaled by 1/sqrt(head_dim); softmax in fp32.
 void CausalAttention(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                     float* out, int64_t rows, int64_t pos0);
+                     float* out, std::span<const int64_t> positions);
 
 // ForwardKernels on the host: every pointer is host memory, memory calls return the host data
 // itself, steps call the functions above (and linear::ChunkedForward / CausalConv).
@@ -74,7 +74,7 @@ class CpuForwardKernels final : public ForwardKernels {
   void JumpState(const linear::Shape& shape, const float* transition, const float* zero_state,
                  float* state) override;
   void Attention(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                 float* out, int64_t rows, int64_t pos0) override;
+                 float* out, std::span<const int64_t> positions) override;
   void SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows, int64_t cols) override;
   void SwiGlu(float* gu, int64_t rows, int64_t im) override;
   void GatherRows(const float* src, std::span<const int64_t> idx, int64_t cols,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "gpu/linear/linear_attention.h"
@@ -18,6 +19,33 @@ linear::Shape GdnShape(const ModelConfig& c, int64_t tokens) {
   s.dk = static_cast<int32_t>(c.linear_key_dim);
   s.dv = static_cast<int32_t>(c.linear_value_dim);
   return s;
+}
+
+// Entry tensors are validated (IsEntryDType) before a pass sees them.
+void WidenToF32(DType from, const void* src, float* dst, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(src);
+  switch (from) {
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(h[i]);
+      return;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(h[i]);
+      return;
+    default: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+  }
+}
+
+void RoundFromF32(const float* src, DType to, void* dst, int64_t n) {
+  auto* h = static_cast<uint16_t*>(dst);
+  switch (to) {
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) h[i] = F32ToBf16(src[i]);
+      return;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) h[i] = F32ToF16(src[i]);
+      return;
+    default: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+  }
 }
 
 }  // namespace
@@ -42,8 +70,32 @@ void Model::Pass::AddLive(std::span<const uint32_t> tokens) {
   end_pos_ += n;
 }
 
+float* Model::Pass::CaptureBuffer(const TensorView& view) {
+  if (view.dtype() == DType::kF32) return view.data_as<float>();
+  roundings_.push_back({std::vector<float>(static_cast<size_t>(view.NumElements())), view});
+  return roundings_.back().f32.data();
+}
+
+const float* Model::Pass::EntryInput(const EntryTensor& t, int64_t n) {
+  if (t.view.dtype() == DType::kF32) return kernels_->Input(t.view.data_as<const float>(), n);
+  if (widened_used_ == widened_.size()) widened_.emplace_back();
+  std::vector<float>& buf = widened_[widened_used_++];
+  buf.resize(static_cast<size_t>(n));
+  WidenToF32(t.view.dtype(), t.view.data(), buf.data(), n);
+  return kernels_->Input(buf.data(), n);
+}
+
+Status Model::Pass::FinishPass() {
+  HYPIC_RETURN_IF_ERROR(kernels_->Finish());
+  for (Rounding& r : roundings_) {
+    RoundFromF32(r.f32.data(), r.dst.dtype(), r.dst.data(), r.dst.NumElements());
+  }
+  roundings_.clear();
+  return Status::Ok();
+}
+
 Status Model::Pass::AddCapture(std::span<const uint32_t> tokens, int64_t seam,
-                               SegmentEntry* capture) {
+                               const EntryDTypes& dtypes, SegmentEntry* capture) {
   const ModelConfig& c = model_.config_;
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t kept = n - seam;
@@ -54,23 +106,23 @@ Status Model::Pass::AddCapture(std::span<const uint32_t> tokens, int64_t seam,
     if (c.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear) {
       const int64_t hv = c.linear_value_heads, dk = c.linear_key_dim, dv = c.linear_value_dim;
       HYPIC_ASSIGN_OR_RETURN(TensorView t, capture->AddTensor(layer, TensorKind::kTransition,
-                                                              DType::kF32, {hv, dk, dk}));
+                                                              dtypes.transition, {hv, dk, dk}));
       HYPIC_ASSIGN_OR_RETURN(
-          TensorView s, capture->AddTensor(layer, TensorKind::kState, DType::kF32, {hv, dk, dv}));
+          TensorView s, capture->AddTensor(layer, TensorKind::kState, dtypes.state, {hv, dk, dv}));
       HYPIC_ASSIGN_OR_RETURN(TensorView conv,
-                             capture->AddTensor(layer, TensorKind::kConvTail, DType::kF32,
+                             capture->AddTensor(layer, TensorKind::kConvTail, dtypes.conv,
                                                 {c.conv_kernel - 1, c.conv_channels()}));
-      ct.t = t.data_as<float>();
-      ct.s = s.data_as<float>();
-      ct.conv = conv.data_as<float>();
+      ct.t = CaptureBuffer(t);
+      ct.s = CaptureBuffer(s);
+      ct.conv = CaptureBuffer(conv);
     } else {
       const Shape shape{kept, c.num_kv_heads, c.head_dim};
       HYPIC_ASSIGN_OR_RETURN(TensorView k,
-                             capture->AddTensor(layer, TensorKind::kKey, DType::kF32, shape));
+                             capture->AddTensor(layer, TensorKind::kKey, dtypes.kv, shape));
       HYPIC_ASSIGN_OR_RETURN(TensorView v,
-                             capture->AddTensor(layer, TensorKind::kValue, DType::kF32, shape));
-      ct.k = k.data_as<float>();
-      ct.v = v.data_as<float>();
+                             capture->AddTensor(layer, TensorKind::kValue, dtypes.kv, shape));
+      ct.k = CaptureBuffer(k);
+      ct.v = CaptureBuffer(v);
     }
   }
   blocks_.push_back({true, end_pos_, n, live_tokens(), nullptr});
@@ -113,9 +165,11 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits) {
     MlpLayer(li, xn, y);
     k.Add(x, y, rows * h);
     HYPIC_RETURN_IF_ERROR(k.status());
+    // On the CPU a step is done with its inputs when it returns (forward_kernels.h).
+    if (device_.kind == gpu::BackendKind::kCpu) widened_used_ = 0;
   }
   state_.n_positions = end_pos_;
-  if (logits == nullptr) return k.Finish();
+  if (logits == nullptr) return FinishPass();
 
   const int64_t first = all_logits ? 0 : rows - 1, n_out = rows - first;
   k.RmsNorm(x + first * h, h, Weight(w.final_norm), xn, h, n_out, h, eps);
@@ -123,7 +177,7 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits) {
   logits->assign(static_cast<size_t>(n_out * c.vocab_size), 0.0f);
   float* out = k.Mirror(logits->data(), n_out * c.vocab_size, /*read=*/false);
   k.Gemm(n_out, c.vocab_size, h, xn, h, Weight(head), h, out, c.vocab_size);
-  return k.Finish();
+  return FinishPass();
 }
 
 void Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
@@ -161,13 +215,11 @@ void Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
       const auto* t = b.entry->Find(layer, TensorKind::kTransition);
       const auto* s = b.entry->Find(layer, TensorKind::kState);
       const auto* tail = b.entry->Find(layer, TensorKind::kConvTail);
-      const float* zero = k.Input(s->view.data_as<const float>(), state_floats);
-      const float* transition = mode_ == ComposeMode::kNaive
-                                    ? nullptr
-                                    : k.Input(t->view.data_as<const float>(), nv * dk * dk);
+      const float* zero = EntryInput(*s, state_floats);
+      const float* transition =
+          mode_ == ComposeMode::kNaive ? nullptr : EntryInput(*t, nv * dk * dk);
       k.JumpState(GdnShape(c, b.n), transition, zero, state);
-      k.Copy2D(conv, conv_floats, k.Input(tail->view.data_as<const float>(), conv_floats),
-               conv_floats, 1, conv_floats);
+      k.Copy2D(conv, conv_floats, EntryInput(*tail, conv_floats), conv_floats, 1, conv_floats);
       continue;
     }
     const int64_t r0 = b.row0, n = b.n;
@@ -273,22 +325,21 @@ void Model::Pass::AttentionLayer(int64_t li, const float* xn, float* y) {
       k.Copy2D(vdst, floats, v + b.row0 * kw, floats, 1, floats);
     } else {
       const auto layer = static_cast<uint32_t>(li);
-      k.Copy2D(kdst, floats,
-               k.Input(b.entry->Find(layer, TensorKind::kKey)->view.data_as<const float>(), floats),
-               floats, 1, floats);
-      k.Copy2D(
-          vdst, floats,
-          k.Input(b.entry->Find(layer, TensorKind::kValue)->view.data_as<const float>(), floats),
-          floats, 1, floats);
+      k.Copy2D(kdst, floats, EntryInput(*b.entry->Find(layer, TensorKind::kKey), floats), floats, 1,
+               floats);
+      k.Copy2D(vdst, floats, EntryInput(*b.entry->Find(layer, TensorKind::kValue), floats), floats,
+               1, floats);
       k.Rope(kdst, kw, b.n, nkv, hd, rot, c.rope_theta, b.pos0);
     }
   }
 
+  // Every live row in one call: row r of live block b is at position b.pos0 + (r - b.row0).
   float* attn = Scratch(kAttn, rows * qw);
+  live_positions_.clear();
   for (const Block& b : blocks_) {
-    if (!b.live) continue;
-    k.Attention({nh, nkv, hd}, q + b.row0 * qw, kc, vc, attn + b.row0 * qw, b.n, b.pos0);
+    for (int64_t i = 0; b.live && i < b.n; ++i) live_positions_.push_back(b.pos0 + i);
   }
+  k.Attention({nh, nkv, hd}, q, kc, vc, attn, live_positions_);
   k.SigmoidGate(attn, proj + qw, cols, rows, qw);
   k.Gemm(rows, h, qw, attn, qw, Weight(a.o_proj), qw, y, h);
 }

@@ -10,6 +10,9 @@
 // Every compute step goes through ForwardKernels (forward_kernels.h), so this control flow is
 // the only one, whatever the device: on CUDA the state and entries the pass touches are
 // uploaded as it reaches them and the results written back to the host values at the end.
+// Entry tensors stored in bf16 or f16 are widened into pass-owned fp32 buffers before they reach
+// the kernels, and a capture in those dtypes is computed into fp32 buffers and rounded into the
+// entry after the last kernel, so every kernel sees fp32 only.
 // Not thread-safe; one pass per call, over a const Model.
 #pragma once
 
@@ -34,8 +37,10 @@ class Model::Pass {
   void AddLive(std::span<const uint32_t> tokens);
   // Appends the live tokens of a segment whose entry is built in `capture`: (T, S(C|0)) of
   // tokens [seam, n) per linear layer, the conv tail, and K/V of [seam, n) per attention
-  // layer. REQUIRES: seam < tokens.size(); at most one capture per pass.
-  Status AddCapture(std::span<const uint32_t> tokens, int64_t seam, SegmentEntry* capture);
+  // layer, each tensor kind stored in its dtype of `dtypes`. REQUIRES: seam < tokens.size(); at
+  // most one capture per pass; every dtype IsEntryDType.
+  Status AddCapture(std::span<const uint32_t> tokens, int64_t seam, const EntryDTypes& dtypes,
+                    SegmentEntry* capture);
   // Appends the cached tokens [w, n) of `entry` (already validated by the caller).
   void AddCached(const SegmentEntry* entry, int64_t n_cached);
 
@@ -55,13 +60,26 @@ class Model::Pass {
     int64_t row0 = 0;  // live: first row in the live matrices
     const SegmentEntry* entry = nullptr;
   };
-  struct CaptureTensors {  // host memory of the entry being built
+  struct CaptureTensors {  // fp32 host memory of the entry being built
     float* t = nullptr;    // linear layers
     float* s = nullptr;
     float* conv = nullptr;
     float* k = nullptr;  // attention layers
     float* v = nullptr;
   };
+  // A captured tensor whose dtype is not f32: computed into `f32`, rounded into `dst` by Finish.
+  struct Rounding {
+    std::vector<float> f32;
+    TensorView dst;
+  };
+
+  // Where the capture of a tensor of `view`'s dtype is computed: the entry's memory for f32,
+  // else a new fp32 buffer rounded into it by FinishPass.
+  float* CaptureBuffer(const TensorView& view);
+  // The kernels' fp32 copy of an entry tensor of n elements (widened first unless f32).
+  const float* EntryInput(const EntryTensor& t, int64_t n);
+  // Finishes the kernels (every Mirror written back), then rounds the capture into its entry.
+  Status FinishPass();
 
   void GdnLayer(int64_t li, const float* xn, float* y);
   void AttentionLayer(int64_t li, const float* xn, float* y);
@@ -110,8 +128,16 @@ class Model::Pass {
   int64_t capture_block_ = -1;
   int64_t capture_seam_ = 0;
   std::vector<CaptureTensors> capture_;
+  std::vector<Rounding> roundings_;
 
-  std::vector<float> router_host_;  // MoE router logits staged on the host
+  // fp32 widenings of bf16/f16 entry tensors. The kernels may read them until Finish; on the
+  // CPU they are done reading when a step returns, so the buffers are reused from layer to
+  // layer (widened_used_ resets) instead of holding a widened copy of every entry.
+  std::vector<std::vector<float>> widened_;
+  size_t widened_used_ = 0;
+
+  std::vector<float> router_host_;       // MoE router logits staged on the host
+  std::vector<int64_t> live_positions_;  // the position of every live row, in row order
 };
 
 }  // namespace hypic::model

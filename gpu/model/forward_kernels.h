@@ -124,10 +124,12 @@ class ForwardKernels {
   // `transition` is null (the naive strawman). Dense T, [HV, dk, dk].
   virtual void JumpState(const linear::Shape& shape, const float* transition,
                          const float* zero_state, float* state) = 0;
-  // Causal softmax attention of `rows` queries at positions pos0.. over keys/values at
-  // positions [0, pos0 + rows). q/out [rows, heads, hd]; k/v [positions, kv_heads, hd].
+  // Causal softmax attention of one query row per entry of `positions` (non-decreasing): row r
+  // attends the keys/values at positions [0, positions[r]]. q/out [rows, heads, hd]; k/v
+  // [positions, kv_heads, hd]. A pass's live rows go in one call, whatever cached blocks lie
+  // between them, so every key is read once per row tile rather than once per live block.
   virtual void Attention(const AttentionShape& shape, const float* q, const float* k,
-                         const float* v, float* out, int64_t rows, int64_t pos0) = 0;
+                         const float* v, float* out, std::span<const int64_t> positions) = 0;
   // out[r, i] *= sigmoid(gate[r*ldg + i]) for i < cols; out rows contiguous.
   virtual void SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows,
                            int64_t cols) = 0;

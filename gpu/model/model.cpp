@@ -23,16 +23,41 @@ Status CheckTokens(std::span<const uint32_t> tokens, int64_t vocab, std::string_
   return Status::Ok();
 }
 
+// The dtype an entry's settings declare for `kind`.
+DType DeclaredDType(const EntryDTypes& d, TensorKind kind) {
+  switch (kind) {
+    case TensorKind::kTransition: return d.transition;
+    case TensorKind::kState: return d.state;
+    case TensorKind::kConvTail: return d.conv;
+    case TensorKind::kKey:
+    case TensorKind::kValue: return d.kv;
+  }
+  return DType::kF32;
+}
+
 Status CheckTensor(const SegmentEntry& e, uint32_t layer, TensorKind kind, const Shape& shape) {
   const EntryTensor* t = e.Find(layer, kind);
   if (t == nullptr) {
     return BadRequest(fmt::format("entry {}: layer {} has no {} tensor", e.key().ToHex(), layer,
                                   TensorKindName(kind)));
   }
-  if (t->view.dtype() != DType::kF32 || !(t->view.shape() == shape) || !t->view.IsContiguous()) {
-    return BadRequest(fmt::format("entry {}: layer {} {}: expected contiguous F32 {}, found {} {}",
-                                  e.key().ToHex(), layer, TensorKindName(kind), shape.ToString(),
-                                  DTypeName(t->view.dtype()), t->view.shape().ToString()));
+  const DType dtype = t->view.dtype();
+  if (!IsEntryDType(dtype)) {
+    return BadRequest(
+        fmt::format("entry {}: layer {} {}: dtype {} is not an entry dtype (want F32, BF16 or F16)",
+                    e.key().ToHex(), layer, TensorKindName(kind), DTypeName(dtype)));
+  }
+  const DType declared = DeclaredDType(e.meta().settings.entry_dtypes, kind);
+  if (dtype != declared) {
+    return BadRequest(
+        fmt::format("entry {}: layer {} {} is {} but the entry's settings ({}) say {}",
+                    e.key().ToHex(), layer, TensorKindName(kind), DTypeName(dtype),
+                    e.meta().settings.entry_dtypes.ToString(), DTypeName(declared)));
+  }
+  if (!(t->view.shape() == shape) || !t->view.IsContiguous()) {
+    return BadRequest(fmt::format("entry {}: layer {} {}: expected contiguous {} {}, found {}",
+                                  e.key().ToHex(), layer, TensorKindName(kind), DTypeName(dtype),
+                                  shape.ToString(), t->view.shape().ToString()));
   }
   return Status::Ok();
 }
@@ -104,11 +129,17 @@ Result<std::shared_ptr<SegmentEntry>> Model::SegmentPrefill(std::span<const uint
                                                             ModelState* context) const {
   if (tokens.empty()) return BadRequest("segment prefill: no tokens");
   HYPIC_RETURN_IF_ERROR(CheckTokens(tokens, config_.vocab_size, "segment prefill"));
+  const EntryDTypes& d = options.entry_dtypes;
+  for (DType t : {d.transition, d.state, d.conv, d.kv}) {
+    if (!IsEntryDType(t)) {
+      return BadRequest(
+          fmt::format("segment prefill: entry dtype {} is not F32, BF16 or F16", DTypeName(t)));
+    }
+  }
   EntryMeta meta;
   meta.model = fingerprint_;
   meta.name_space = options.name_space;
-  meta.settings.seam_w = options.seam_w;
-  meta.settings.format_version = options.format_version;
+  meta.settings = options.Settings();
   meta.conv_k = static_cast<uint32_t>(config_.conv_kernel);
   meta.num_layers = static_cast<uint32_t>(config_.num_layers);
   meta.tokens.assign(tokens.begin(), tokens.end());
@@ -121,7 +152,8 @@ Result<std::shared_ptr<SegmentEntry>> Model::SegmentPrefill(std::span<const uint
   if (context == nullptr) alone = EmptyState();
   Pass pass(*this, context != nullptr ? *context : alone, ComposeMode::kFull, options.device);
   if (has_cached_part) {
-    HYPIC_RETURN_IF_ERROR(pass.AddCapture(tokens, options.seam_w, entry.get()));
+    HYPIC_RETURN_IF_ERROR(
+        pass.AddCapture(tokens, options.seam_w, options.entry_dtypes, entry.get()));
   } else {
     pass.AddLive(tokens);
   }

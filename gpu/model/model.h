@@ -24,7 +24,11 @@
 //    whose state is given): these are the "oracle" entries, for which Compose is exact.
 //
 // Numerics: fp32 everywhere, states and transitions included; projections use OpenBLAS sgemm
-// over all live tokens at once; attention softmax accumulates in fp32.
+// over all live tokens at once; attention softmax accumulates in fp32. Entry tensors are stored
+// in the precision SegmentOptions::entry_dtypes names per tensor kind (f32 by default): the
+// capture computes in fp32 and rounds to nearest even as it writes the entry, and Compose widens
+// every entry tensor back to fp32 before it is used, so the kernels see fp32 only
+// (docs/entry-precision.md has the measured error of each choice).
 //
 // Devices: every pass runs on the CPU or on a CUDA device (the options' `device`); inputs and
 // results (states, entries, logits) are host values either way, and the CUDA numerics (cuBLAS
@@ -87,6 +91,11 @@ struct SegmentOptions {
   uint32_t format_version = 1;
   std::string name_space = {};
   ComputeDevice device = {};
+  // The dtype each tensor kind is stored in (T, S, conv tail, K/V): part of the key.
+  EntryDTypes entry_dtypes = {};
+
+  // The settings the entry's key is computed over.
+  CacheSettings Settings() const { return {seam_w, format_version, entry_dtypes}; }
 };
 
 enum class ComposeMode : uint8_t {
@@ -160,7 +169,9 @@ class Model {
                         const SegmentOptions& options) const;
 
   // MATH.md §5. kBadRequest for an empty prompt, a bad token, a missing entry or one that does
-  // not belong to this model / seam / tokens.
+  // not belong to this model / seam / tokens, or an entry tensor of the wrong shape or of a
+  // dtype other than F32, BF16 or F16 or other than the one its settings declare for its kind.
+  // Entries of any entry dtypes compose (each tensor is widened to fp32).
   Result<ComposeResult> Compose(std::span<const ComposePart> parts,
                                 const ComposeOptions& options) const;
 

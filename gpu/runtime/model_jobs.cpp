@@ -49,8 +49,8 @@ CostShape CostShapeOf(const model::ModelConfig& c) {
 PrefillJob MakeSegmentJob(std::shared_ptr<const model::Model> model, std::vector<uint32_t> tokens,
                           const model::SegmentOptions& options) {
   PrefillJob job;
-  job.key = SegmentKey::Compute(options.name_space, model->fingerprint(),
-                                CacheSettings{options.seam_w, options.format_version}, tokens);
+  job.key =
+      SegmentKey::Compute(options.name_space, model->fingerprint(), options.Settings(), tokens);
   job.n_tokens = static_cast<uint32_t>(tokens.size());
   job.compute = [model = std::move(model), tokens = std::move(tokens),
                  options](const WorkerContext& ctx) -> Result<EntryPtr> {

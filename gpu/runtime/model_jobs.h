@@ -31,8 +31,8 @@ namespace hypic::runtime {
 CostShape CostShapeOf(const model::ModelConfig& config);
 
 // A job computing the entry of `tokens`; its key is SegmentKey::Compute over the model's
-// fingerprint, `options` (namespace, seam, format) and the tokens. The prefill runs on the
-// device of the worker that takes the job (options.device is replaced by it), within the
+// fingerprint, `options` (namespace, seam, format, entry dtypes) and the tokens. The prefill runs
+// on the device of the worker that takes the job (options.device is replaced by it), within the
 // worker's compute-thread budget.
 PrefillJob MakeSegmentJob(std::shared_ptr<const model::Model> model, std::vector<uint32_t> tokens,
                           const model::SegmentOptions& options);

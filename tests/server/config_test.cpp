@@ -45,6 +45,7 @@ TEST_CASE("defaults without any source") {
   CHECK(c->UnixSocketPath() == "./hypic-data/hypicd.sock");
   CHECK_FALSE(c->ram_capacity.has_value());
   CHECK(c->loopback_tcp_congestion == "reno");
+  CHECK(c->entry_dtype == DefaultEntryDTypes());
 }
 
 TEST_CASE("file < env < flags, key by key") {
@@ -105,6 +106,38 @@ TEST_CASE("bad values stop startup and name the key and the source") {
   TempToml broken("max_connections = \n");
   check_error(LoadConfig({"--config", broken.path.string()}, MapEnv({})), "config file");
   check_error(LoadConfig({"--config", "/nonexistent/hypicd.toml"}, MapEnv({})), "config file");
+}
+
+TEST_CASE("entry_dtype: every source, the config string, errors naming the key") {
+  auto flag = LoadConfig({"--entry-dtype", "bf16,t=f32"}, MapEnv({}));
+  REQUIRE_OK(flag);
+  CHECK(flag->entry_dtype == EntryDTypes{DType::kF32, DType::kBF16, DType::kBF16, DType::kBF16});
+  auto env = LoadConfig({}, MapEnv({{"HYPIC_ENTRY_DTYPE", "f32"}}));
+  REQUIRE_OK(env);
+  CHECK(env->entry_dtype.AllF32());
+  TempToml file("entry_dtype = \"t=f32,s=f32,conv=f32,kv=f16\"\n");
+  auto from_file = LoadConfig({"--config", file.path.string()}, MapEnv({}));
+  REQUIRE_OK(from_file);
+  CHECK(from_file->entry_dtype == EntryDTypes{.kv = DType::kF16});
+  CHECK(DumpConfig(*from_file).find("entry_dtype = \"t=f32,s=f32,conv=f32,kv=f16\"") !=
+        std::string::npos);
+
+  auto check_error = [](const Result<ServerConfig>& r, const std::string& a, const std::string& b) {
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kBadRequest);
+    INFO(r.status().message());
+    CHECK(r.status().message().find(a) != std::string::npos);
+    CHECK(r.status().message().find(b) != std::string::npos);
+  };
+  check_error(LoadConfig({"--entry-dtype", "bf17"}, MapEnv({})), "'entry_dtype' (flag",
+              "'bf17' is not a dtype");
+  check_error(LoadConfig({}, MapEnv({{"HYPIC_ENTRY_DTYPE", "kv=i32"}})),
+              "'entry_dtype' (env HYPIC_ENTRY_DTYPE)", "'i32'");
+  check_error(LoadConfig({"--entry-dtype", "x=bf16"}, MapEnv({})), "'entry_dtype'",
+              "unknown tensor kind 'x'");
+  check_error(LoadConfig({"--entry-dtype", "s=bf16,s=f32"}, MapEnv({})), "'entry_dtype'",
+              "given twice");
+  check_error(LoadConfig({"--entry-dtype", ""}, MapEnv({})), "'entry_dtype'", "empty");
 }
 
 TEST_CASE("a non-loopback bind needs a token; the admin token must differ") {

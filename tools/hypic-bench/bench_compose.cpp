@@ -6,11 +6,17 @@
 //   - SegmentPrefill with and without building (T, S(C|0)) -> the T overhead in percent;
 //   - entry bytes per segment;
 //   - full-prefill tokens/s and GFLOP/s against the fp32 and bf16 GEMM peaks measured in the
-//     same run (gemm_peak.h).
+//     same run (gemm_peak.h);
+//   - per --entry-dtype (docs/entry-precision.md): entry bytes, the hypic compose's TTFT,
+//     KL(full || hypic), KL against the compose from f32 entries, top-1 agreement, and the
+//     relative error of the composed state (S of the first linear layer alone, then S, conv and
+//     K/V of every layer) against the compose from f32 entries.
 //
 //   hypic-bench compose --model DIR|builtin:small [--segments 16] [--segment-len 1024]
 //       [--suffix 32] [--seam 8] [--modes full,naive,hypic,oracle] [--reps 3] [--json]
-//       [--device cpu|cuda[:N]]
+//       [--device cpu|cuda[:N]] [--weights-dtype auto|bf16|f32]
+//       [--entry-dtype SPEC ...]   (repeatable; the modes use the first; SPEC as in
+//                                   EntryDTypes::Parse, e.g. bf16 or t=f32,s=f32,conv=f32,kv=bf16)
 // Every pass runs on --device (exit 2 when CUDA is not built or the device is absent); the
 // GEMM peaks are always the CPU's. On CUDA the CPU-time columns are the host's share only.
 #include <fmt/format.h>
@@ -52,6 +58,8 @@ struct Options {
   int threads = 0;  // 0: the hardware's
   bool json = false;
   std::string device = "cpu";
+  std::string weights_dtype = "auto";
+  std::vector<std::string> entry_dtypes = {"f32"};
 };
 
 // Process CPU seconds (all threads) beside wall time: on a shared, oversubscribed machine the
@@ -115,6 +123,35 @@ double Kl(const std::vector<float>& p_logits, const std::vector<float>& q_logits
   return std::max(kl, 0.0);
 }
 
+// ||a - b|| / ||b|| (Frobenius) over one field of every layer of two states.
+double RelError(const model::ModelState& a, const model::ModelState& b,
+                std::vector<float> model::LayerState::*field) {
+  double diff = 0, ref = 0;
+  for (size_t li = 0; li < a.layers.size() && li < b.layers.size(); ++li) {
+    const auto& x = a.layers[li].*field;
+    const auto& y = b.layers[li].*field;
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      const double d = static_cast<double>(x[i]) - y[i];
+      diff += d * d;
+      ref += static_cast<double>(y[i]) * y[i];
+    }
+  }
+  return ref > 0 ? std::sqrt(diff / ref) : std::sqrt(diff);
+}
+
+struct PrecisionResult {
+  EntryDTypes dtypes;
+  size_t entry_bytes = 0;  // tensor bytes of the first segment's entry
+  Timing ttft;             // hypic compose
+  double kl = 0;           // KL(full || hypic)
+  double kl_f32 = 0;       // KL(hypic from f32 entries || hypic from these)
+  bool top1 = false;
+  double state_err = 0, conv_err = 0, kv_err = 0;  // against the compose from f32 entries
+  // S of the first linear layer only: its inputs do not depend on the entries, so this is the
+  // rounding error of the compose itself (T_i S + S_i), without its propagation through layers.
+  double state0_err = 0;
+};
+
 int Run(const Options& opt) {
   if (opt.threads > 0) cpu::SetComputeThreads(opt.threads);
   auto device = model::ParseComputeDevice(opt.device);
@@ -124,7 +161,23 @@ int Run(const Options& opt) {
     return kExitBadInput;
   }
   const model::ComputeDevice dev = *device;
-  auto loaded = model::LoadModel(opt.model, opt.cache_dir);
+  const auto weights = model::ParseWeightsDType(opt.weights_dtype);
+  if (!weights) {
+    fmt::print(stderr, "hypic-bench compose: --weights-dtype: '{}' is not auto, bf16 or f32\n",
+               opt.weights_dtype);
+    return kExitBadInput;
+  }
+  std::vector<EntryDTypes> entry_dtypes;
+  for (const std::string& spec : opt.entry_dtypes) {
+    auto d = EntryDTypes::Parse(spec);
+    if (!d.ok()) {
+      fmt::print(stderr, "hypic-bench compose: --entry-dtype: {}\n", d.status().message());
+      return kExitBadInput;
+    }
+    entry_dtypes.push_back(*d);
+  }
+  if (entry_dtypes.empty()) entry_dtypes.push_back({});
+  auto loaded = model::LoadModel(opt.model, opt.cache_dir, {.weights = *weights});
   if (!loaded.ok()) {
     fmt::print(stderr, "hypic-bench compose: {}\n", loaded.status().ToString());
     return kExitBadInput;
@@ -159,7 +212,8 @@ int Run(const Options& opt) {
   }
   prompt.push_back({ComposePart::Kind::kRaw, tokens(opt.suffix), nullptr});
   const int64_t total = int64_t{opt.segments} * opt.segment_len + opt.suffix;
-  const model::SegmentOptions seg_opts{.seam_w = opt.seam, .device = dev};
+  const model::SegmentOptions seg_opts{
+      .seam_w = opt.seam, .device = dev, .entry_dtypes = entry_dtypes.front()};
   auto fail = [](const Status& s) {
     fmt::print(stderr, "hypic-bench compose: {}\n", s.ToString());
     return kExitFailure;
@@ -167,10 +221,13 @@ int Run(const Options& opt) {
 
   if (!opt.json) {
     fmt::print(
-        "hypic-bench compose: {} ({} params), {} x {} tokens + {} suffix = {} tokens, "
-        "seam {}, {} threads, device {}, median of {}\n",
-        opt.model, m.config().ParameterCount(), opt.segments, opt.segment_len, opt.suffix, total,
-        opt.seam, cpu::ComputeThreads(), model::ComputeDeviceName(dev), opt.reps);
+        "hypic-bench compose: {} ({} params, {} weights: {:.1f} MiB resident, {:.1f} MiB "
+        "checkpoint), {} x {} tokens + {} suffix = {} tokens, seam {}, entries {}, {} threads, "
+        "device {}, median of {}\n",
+        opt.model, m.config().ParameterCount(), DTypeName(m.weights_dtype()),
+        m.resident_weight_bytes() / 1048576.0, m.checkpoint_bytes() / 1048576.0, opt.segments,
+        opt.segment_len, opt.suffix, total, opt.seam, entry_dtypes.front().ToString(),
+        cpu::ComputeThreads(), model::ComputeDeviceName(dev), opt.reps);
   }
   const GemmPeaks peaks = MeasureGemmPeaks();
   if (!opt.json) fmt::print("gemm: {}\n", peaks.kernels);
@@ -243,6 +300,66 @@ int Run(const Options& opt) {
   }
   const double t_overhead_cpu = 100.0 * (with_t.cpu - plain.cpu) / plain.cpu;
   const double t_overhead_wall = 100.0 * (with_t.wall - plain.wall) / plain.wall;
+  // Entry precision: per --entry-dtype, entries prefilled in that precision and composed
+  // (hypic), against full and against the compose from f32 entries.
+  std::vector<PrecisionResult> precision;
+  model::ModelState f32_state;
+  std::vector<float> f32_logits;
+  size_t f32_entry_bytes = 0;
+  {
+    auto compose_state = [&](const std::vector<ComposePart>& parts) {
+      return m.Compose(
+          parts,
+          {.mode = ComposeMode::kHypic, .seam_w = opt.seam, .want_state = true, .device = dev});
+    };
+    size_t first_linear = 0;
+    while (first_linear + 1 < m.config().layer_kinds.size() &&
+           m.config().layer_kinds[first_linear] != model::LayerKind::kLinear) {
+      ++first_linear;
+    }
+    std::vector<ComposePart> parts = prompt;
+    Status st = m.PrefillEntries(parts, ComposeMode::kHypic, {.seam_w = opt.seam, .device = dev});
+    if (!st.ok()) return fail(st);
+    auto ref = compose_state(parts);
+    if (!ref.ok()) return fail(ref.status());
+    f32_state = std::move(ref->state);
+    f32_logits = std::move(ref->logits);
+    f32_entry_bytes = parts.front().entry->TensorBytes();
+    for (const EntryDTypes& d : entry_dtypes) {
+      PrecisionResult p;
+      p.dtypes = d;
+      parts = prompt;
+      st = m.PrefillEntries(parts, ComposeMode::kHypic,
+                            {.seam_w = opt.seam, .device = dev, .entry_dtypes = d});
+      if (!st.ok()) return fail(st);
+      p.entry_bytes = parts.front().entry->TensorBytes();
+      std::vector<float> logits;
+      p.ttft = Median(opt.reps, [&] {
+        auto c = m.Compose(parts, {.mode = ComposeMode::kHypic, .seam_w = opt.seam, .device = dev});
+        st = c.status();
+        if (c.ok()) logits = std::move(c->logits);
+      });
+      if (!st.ok()) return fail(st);
+      p.kl = Kl(full_logits, logits);
+      p.kl_f32 = Kl(f32_logits, logits);
+      p.top1 = std::max_element(logits.begin(), logits.end()) - logits.begin() ==
+               std::max_element(full_logits.begin(), full_logits.end()) - full_logits.begin();
+      auto composed = compose_state(parts);
+      if (!composed.ok()) return fail(composed.status());
+      const model::ModelState& state = composed->state;
+      p.state_err = RelError(state, f32_state, &model::LayerState::state);
+      p.conv_err = RelError(state, f32_state, &model::LayerState::conv);
+      p.kv_err = std::hypot(RelError(state, f32_state, &model::LayerState::k),
+                            RelError(state, f32_state, &model::LayerState::v)) /
+                 std::sqrt(2.0);
+      model::ModelState a, b;
+      a.layers = {state.layers[first_linear]};
+      b.layers = {f32_state.layers[first_linear]};
+      p.state0_err = RelError(a, b, &model::LayerState::state);
+      precision.push_back(p);
+    }
+  }
+
   const double flops = PrefillFlops(m.config(), static_cast<double>(total));
   const Timing gflops{flops / full.wall / 1e9, flops / full.cpu / 1e9};
 
@@ -259,6 +376,24 @@ int Run(const Options& opt) {
     j["threads"] = cpu::ComputeThreads();
     j["gemm"] = peaks.kernels;
     j["device"] = model::ComputeDeviceName(dev);
+    j["weights_dtype"] = DTypeName(m.weights_dtype());
+    j["resident_weight_bytes"] = m.resident_weight_bytes();
+    j["checkpoint_bytes"] = m.checkpoint_bytes();
+    j["entry_dtype"] = entry_dtypes.front().ToString();
+    for (const PrecisionResult& p : precision) {
+      j["entry_precision"].push_back({{"entry_dtype", p.dtypes.ToString()},
+                                      {"entry_bytes_per_segment", p.entry_bytes},
+                                      {"bytes_vs_f32", static_cast<double>(p.entry_bytes) /
+                                                           static_cast<double>(f32_entry_bytes)},
+                                      {"hypic_ttft_ms", p.ttft.wall * 1e3},
+                                      {"kl_vs_full", p.kl},
+                                      {"kl_vs_f32_entries", p.kl_f32},
+                                      {"top1_agrees", p.top1},
+                                      {"state_rel_err_vs_f32", p.state_err},
+                                      {"first_linear_state_rel_err_vs_f32", p.state0_err},
+                                      {"conv_rel_err_vs_f32", p.conv_err},
+                                      {"kv_rel_err_vs_f32", p.kv_err}});
+    }
     for (const ModeResult& r : results) {
       j["modes"][std::string(model::ComposeModeName(r.mode))] = {
           {"ttft_ms", r.ttft.wall * 1e3},
@@ -306,6 +441,19 @@ int Run(const Options& opt) {
       t_segs, opt.segment_len, plain.wall / t_segs * 1e3, plain.cpu / t_segs * 1e3,
       with_t.wall / t_segs * 1e3, with_t.cpu / t_segs * 1e3, t_overhead_wall, t_overhead_cpu);
   fmt::print("entry bytes per segment: {} ({:.2f} MiB)\n", entry_bytes, entry_bytes / 1048576.0);
+  fmt::print("entry precision (hypic; errors of the composed state against f32 entries):\n");
+  fmt::print("{:<32} {:>12} {:>6} {:>9} {:>11} {:>11} {:>5} {:>10} {:>10} {:>10} {:>10}\n",
+             "entry dtypes", "bytes/entry", "vs f32", "TTFT ms", "KL vs full", "KL vs f32", "top1",
+             "S rel L0", "S rel", "conv rel", "K/V rel");
+  for (const PrecisionResult& p : precision) {
+    fmt::print(
+        "{:<32} {:>12} {:>6.3f} {:>9.1f} {:>11.3e} {:>11.3e} {:>5} {:>10.2e} {:>10.2e} {:>10.2e} "
+        "{:>10.2e}\n",
+        p.dtypes.ToString(), p.entry_bytes,
+        static_cast<double>(p.entry_bytes) / static_cast<double>(f32_entry_bytes),
+        p.ttft.wall * 1e3, p.kl, p.kl_f32, p.top1 ? "yes" : "no", p.state0_err, p.state_err,
+        p.conv_err, p.kv_err);
+  }
   fmt::print(
       "full prefill: {:.0f} tokens/s ({:.0f} per CPU-s), {:.1f} GFLOP/s = {:.0f}% of the f32 "
       "GEMM peak {:.1f} GFLOP/s, {:.0f}% of the bf16 peak {:.1f} (per CPU-s {:.1f}: {:.0f}% / "
@@ -339,6 +487,13 @@ const bool kRegistered = RegisterSubcommand(
           ->capture_default_str();
       sub.add_flag("--json", opt->json, "Print one JSON object");
       sub.add_option("--device", opt->device, "cpu, cuda or cuda:N")->capture_default_str();
+      sub.add_option("--weights-dtype", opt->weights_dtype,
+                     "Resident GEMM weights: auto (a bf16 checkpoint stays bf16), bf16 or f32")
+          ->capture_default_str();
+      sub.add_option("--entry-dtype", opt->entry_dtypes,
+                     "Entry dtypes per tensor kind, e.g. bf16 or t=f32,s=f32,conv=f32,kv=bf16; "
+                     "repeat to compare several (the modes use the first)")
+          ->capture_default_str();
       return [opt] { return Run(*opt); };
     });
 

@@ -15,8 +15,8 @@
 namespace hypic::tools {
 
 struct GemmPeaks {
-  Timing f32;   // GFLOP/s per wall second (wall) and per CPU second (cpu)
-  Timing bf16;  // likewise
+  Timing f32;           // GFLOP/s per wall second (wall) and per CPU second (cpu)
+  Timing bf16;          // likewise
   std::string kernels;  // cpu::GemmSummary()
 };
 
@@ -44,8 +44,8 @@ inline GemmPeaks MeasureGemmPeaks(int reps = 3) {
               c.data(), n);
   });
   p.bf16 = rate([&] {
-    cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, n, n, n, 1.0f, a16.data(), n, b16.data(), n,
-              0.0f, c.data(), n);
+    cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f,
+              c.data(), n);
   });
   p.kernels = cpu::GemmSummary();
   return p;

@@ -125,7 +125,9 @@ if [[ $CHECK == 1 ]]; then
   VOCAB=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$MODEL/config.json")
   "$PY" "$HERE/peer_report.py" tokens "$CHECK_TOKENS" 7 --vocab "$VOCAB" > "$WORK/tokens.txt"
   log "check: hypic-op prefill of $CHECK_TOKENS random tokens"
-  "$HYPIC_OP" prefill --model "$MODEL" --tokens "$(cat "$WORK/tokens.txt")" --output "$WORK/ours.safetensors" >&2
+  # f32 weights: the check compares against llama.cpp's f32 GGUF of the same values.
+  "$HYPIC_OP" prefill --model "$MODEL" --weights-dtype f32 --tokens "$(cat "$WORK/tokens.txt")" \
+    --output "$WORK/ours.safetensors" >&2
   status=0
   # strict: f32 KV cache, no flash attention (pure f32 math); bench: the settings timed below.
   for cfg in "f32-strict f32 off" "f32-bench $KV_TYPE $FLASH_ATTN"; do

@@ -138,9 +138,10 @@ __global__ void GdnInputsKernel(GdnInputArgs a) {
 
 constexpr int kMaxHeadDim = 256;  // per-lane registers: kMaxHeadDim / 32 dims
 
-// Query row r, head h: out = softmax(q k^T / sqrt(hd)) v over keys [0, pos0 + r].
+// Query row r, head h: out = softmax(q k^T / sqrt(hd)) v over keys [0, positions[r]].
 __device__ void AttendOne(const AttentionShape& shape, const float* q, const float* k,
-                          const float* v, float* out, int64_t pos0, int64_t r, int64_t h) {
+                          const float* v, float* out, const int64_t* positions, int64_t r,
+                          int64_t h) {
   constexpr int kPer = kMaxHeadDim / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t hd = shape.head_dim, g = h / (shape.heads / shape.kv_heads);
@@ -153,7 +154,7 @@ __device__ void AttendOne(const AttentionShape& shape, const float* q, const flo
     acc[j] = 0.0f;
   }
   OnlineSoftmax softmax;
-  const int64_t keys = pos0 + r + 1;
+  const int64_t keys = positions[r] + 1;
   for (int64_t key = 0; key < keys; ++key) {
     const float* kr = k + key * ldk + g * hd;
     float dot = 0.0f;
@@ -181,11 +182,12 @@ __device__ void AttendOne(const AttentionShape& shape, const float* q, const flo
 // over the (row, head) pairs; every lane of a warp takes the same trips, so the shuffles are
 // always full-warp.
 __global__ void AttentionKernel(AttentionShape shape, const float* q, const float* k,
-                                const float* v, float* out, int64_t rows, int64_t pos0) {
+                                const float* v, float* out, int64_t rows,
+                                const int64_t* positions) {
   const int64_t first = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
   for (int64_t warp = first; warp < rows * shape.heads; warp += stride) {
-    AttendOne(shape, q, k, v, out, pos0, warp / shape.heads, warp % shape.heads);
+    AttendOne(shape, q, k, v, out, positions, warp / shape.heads, warp % shape.heads);
   }
 }
 
@@ -508,13 +510,15 @@ class CudaForwardKernels final : public ForwardKernels {
   }
 
   void Attention(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                 float* out, int64_t rows, int64_t pos0) override {
+                 float* out, std::span<const int64_t> positions) override {
+    const auto rows = static_cast<int64_t>(positions.size());
     if (!ok() || rows <= 0) return;
     if (shape.head_dim > kMaxHeadDim) {
       Record(Unsupported("CUDA attention supports head_dim up to " + std::to_string(kMaxHeadDim)));
       return;
     }
-    Launch(AttentionKernel, rows * shape.heads * 32, shape, q, k, v, out, rows, pos0);
+    const int64_t* d = Upload(positions.data(), rows);
+    if (ok()) Launch(AttentionKernel, rows * shape.heads * 32, shape, q, k, v, out, rows, d);
   }
 
   void SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows,

@@ -2,7 +2,9 @@
 // checkpoint formats with both MLP kinds, within 1e-4 relative:
 //  * FullPrefill: every row's logits and the final state;
 //  * SegmentPrefill: every tensor of the entry (T, S(C|0), conv tail, K, V);
-//  * Compose in hypic and oracle modes: the last logits and the composed state.
+//  * Compose in hypic and oracle modes: the last logits and the composed state;
+//  * bf16/f16 entries: captured on the device (rounded after the write-back) within one
+//    rounding step of the CPU's, and composed on the device (widened on the host) as on the CPU.
 // Without a device (or without CUDA in the build) it reports "skipped: no CUDA device"; the
 // device-selection errors are checked in every build.
 #include "gpu/model/cuda_forward.h"
@@ -39,8 +41,9 @@ void CheckStates(const ModelState& got, const ModelState& want) {
 }
 
 std::vector<float> TensorValues(const EntryTensor& t) {
-  const auto* p = t.view.data_as<const float>();
-  return {p, p + t.view.shape().NumElements()};
+  std::vector<float> out(static_cast<size_t>(t.view.NumElements()));
+  ConvertElements(t.view.dtype(), t.view.data(), DType::kF32, out.data(), out.size());
+  return out;
 }
 
 void CheckEntries(const SegmentEntry& got, const SegmentEntry& want) {
@@ -73,6 +76,35 @@ void RunConformance(const Model& m, uint64_t seed) {
   REQUIRE_OK(cpu_entry);
   REQUIRE_OK(gpu_entry);
   CheckEntries(**gpu_entry, **cpu_entry);
+
+  // Low-precision entries: the device's capture is the device's fp32 rounded, so it is within
+  // one bf16 rounding step (2^-8 relative) of the CPU's on top of the fp32 bound.
+  const EntryDTypes low{DType::kF32, DType::kBF16, DType::kF16, DType::kBF16};
+  SegmentOptions low_cpu = seg, low_gpu = seg_gpu;
+  low_cpu.entry_dtypes = low_gpu.entry_dtypes = low;
+  auto cpu_low = m.SegmentPrefill(tokens, low_cpu);
+  auto gpu_low = m.SegmentPrefill(tokens, low_gpu);
+  REQUIRE_OK(cpu_low);
+  REQUIRE_OK(gpu_low);
+  for (const EntryTensor& w : (*cpu_low)->tensors()) {
+    INFO("low precision: layer ", w.layer, " ", TensorKindName(w.kind));
+    const EntryTensor* g = (*gpu_low)->Find(w.layer, w.kind);
+    REQUIRE(g != nullptr);
+    CHECK(g->view.dtype() == w.view.dtype());
+    CHECK(RelErr(TensorValues(*g), TensorValues(w)) <= kBound + 1.0 / 256);
+  }
+  {
+    std::vector<ComposePart> parts;
+    for (size_t n : {40, 70}) parts.push_back({Kind::kSegment, rng.Tokens(n, vocab), nullptr});
+    parts.push_back({Kind::kRaw, rng.Tokens(6, vocab), nullptr});
+    REQUIRE_OK(m.PrefillEntries(parts, ComposeMode::kHypic, low_cpu));
+    auto want = m.Compose(parts, {.seam_w = 8, .want_state = true});
+    auto got = m.Compose(parts, {.seam_w = 8, .want_state = true, .device = kCuda});
+    REQUIRE_OK(want);
+    REQUIRE_OK(got);
+    CHECK(RelErr(got->logits, want->logits) <= kBound);
+    CheckStates(got->state, want->state);
+  }
 
   for (ComposeMode mode : {ComposeMode::kHypic, ComposeMode::kOracle}) {
     INFO("mode ", std::string(ComposeModeName(mode)));

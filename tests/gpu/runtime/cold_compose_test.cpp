@@ -209,6 +209,31 @@ TEST_CASE("the streamed combine returns the composed state; a warm request compo
                     expect->logits.size() * sizeof(float)) == 0);
 }
 
+TEST_CASE("the segment options' entry dtypes reach the jobs: their key, their entries") {
+  auto m = TinyModel();
+  Rig rig(2);
+  cpu::ScopedComputeThreads budget(rig.scheduler.cpu_budget());
+  model::SegmentOptions low = Seg();
+  low.entry_dtypes = {DType::kF32, DType::kBF16, DType::kF16, DType::kBF16};
+  auto prompt = Prompt(*m, {30, 25}, 9);
+  const auto& tokens = prompt[1].tokens;
+  auto entry = m->SegmentPrefill(tokens, low);
+  REQUIRE_OK(entry);
+  CHECK(MakeSegmentJob(m, tokens, low).key == (*entry)->key());
+  CHECK(MakeSegmentJob(m, tokens, Seg()).key != (*entry)->key());
+
+  // Cold (prefilled by the workers) and in place: the same entries, bitwise the same logits.
+  auto direct = prompt;
+  CHECK_OK(m->PrefillEntries(direct, model::ComposeMode::kHypic, low));
+  auto expect = m->Compose(direct, Hypic());
+  REQUIRE_OK(expect);
+  auto cold = ColdCompose(rig.scheduler, m, prompt, Hypic(), low, Clock::now() + 60s);
+  REQUIRE_OK(cold);
+  CHECK(std::memcmp(cold->logits.data(), expect->logits.data(),
+                    expect->logits.size() * sizeof(float)) == 0);
+  CHECK(rig.StoredKeys() == 2);
+}
+
 TEST_CASE("GPU workers: one per CUDA device, prefilling on their device, match the CPU workers") {
   auto cuda = WorkerPool::Create(PoolOptions{gpu::BackendKind::kCuda, 0, 1});
   if (cuda.status().code() == StatusCode::kUnsupported) {
