@@ -36,7 +36,8 @@ Prefilled Prefill(RawConn& conn, const std::vector<uint32_t>& tokens) {
   return {reply->results[0].key, std::make_shared<const HostBuffer>(std::move(bytes).value())};
 }
 
-TEST_CASE("entry_dtype: entries in the daemon's precision, keys apart, a less precise one refused") {
+TEST_CASE(
+    "entry_dtype: entries in the daemon's precision, keys apart, a less precise one refused") {
   std::vector<uint32_t> seg, question;
   for (uint32_t i = 0; i < 40; ++i) seg.push_back(10 + i);
   for (uint32_t i = 0; i < 5; ++i) question.push_back(7 + i);

@@ -127,7 +127,8 @@ TEST_CASE("Compose from bf16/f16 entries is exactly Compose from the rounded f32
   const auto vocab = static_cast<uint32_t>(m->config().vocab_size);
   std::vector<ComposePart> prompt;
   prompt.push_back({Kind::kRaw, rng.Tokens(5, vocab), nullptr});
-  for (size_t n : {30, 3, 45, 20}) prompt.push_back({Kind::kSegment, rng.Tokens(n, vocab), nullptr});
+  for (size_t n : {30, 3, 45, 20})
+    prompt.push_back({Kind::kSegment, rng.Tokens(n, vocab), nullptr});
   prompt.push_back({Kind::kRaw, rng.Tokens(6, vocab), nullptr});
   const ComposeOptions options{.mode = ComposeMode::kHypic, .seam_w = kSeam, .want_state = true};
 
@@ -235,8 +236,8 @@ TEST_CASE("Compose refuses entry tensors of a non-float dtype or another than th
   // A bf16 tensor in an entry whose settings (and key) say f32 is not what its key promises.
   expect_bad(WithDType(e, linear, TensorKind::kState, DType::kBF16), "BF16", "settings");
 
-  auto r = m->SegmentPrefill(parts[0].tokens,
-                             {.seam_w = kSeam, .entry_dtypes = {.kv = DType::kI64}});
+  auto r =
+      m->SegmentPrefill(parts[0].tokens, {.seam_w = kSeam, .entry_dtypes = {.kv = DType::kI64}});
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == StatusCode::kBadRequest);
   CHECK(r.status().message().find("I64") != std::string::npos);
