@@ -25,7 +25,7 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   --json > "$out/hypic-2048.json"
 if [ $quick = 0 ]; then
   "$bin/hypic-bench" compose --model builtin:small --cache-dir "$models" --segments 16 \
-    --segment-len 1024 --suffix 32 --seam 8 --modes full,hypic --reps 1 --t-segments 4 \
+    --segment-len 1024 --suffix 32 --seam 8 --modes full,hypic --reps 3 --t-segments 4 \
     --threads "$threads" --json > "$out/hypic-16416.json"
 fi
 small_dir=$(ls -d "$models"/builtin-small-* | head -1)
