@@ -45,6 +45,25 @@ float LaneSum(const float* x, int64_t n) {
   return s;
 }
 
+// y[m, n] = x[m, k] * w[n, k]^T (+ y): fp32, or with bf16 weights x rounded to bf16 into *x16
+// (row loops on ParallelFor) and an fp32-accumulating bf16 GEMM.
+void LinearGemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, DeviceWeight w,
+                int64_t ldw, float* y, int64_t ldy, bool accumulate, std::vector<uint16_t>* x16) {
+  const float beta = accumulate ? 1.0f : 0.0f;
+  if (w.dtype != DType::kBF16) {
+    cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, m, n, k, 1.0f, x, ldx,
+              static_cast<const float*>(w.data), ldw, beta, y, ldy);
+    return;
+  }
+  if (x16->size() < static_cast<size_t>(m * k)) x16->resize(static_cast<size_t>(m * k));
+  uint16_t* xb = x16->data();
+  cpu::ParallelFor(m, 64, [&](int64_t r0, int64_t r1) {
+    cpu::ConvertRowsToBf16(x + r0 * ldx, ldx, r1 - r0, k, xb + r0 * k, k);
+  });
+  cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, m, n, k, 1.0f, xb, k,
+            static_cast<const uint16_t*>(w.data), ldw, beta, y, ldy);
+}
+
 }  // namespace
 
 void RmsNormZeroCentred(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
@@ -150,6 +169,7 @@ CpuForwardKernels::~CpuForwardKernels() {
   constexpr size_t kKeptScratchBytes = size_t{512} << 20;
   size_t bytes = scratch_.x_bf16.capacity() * sizeof(uint16_t);
   for (const Buffer& b : scratch_.slots) bytes += static_cast<size_t>(b.capacity) * sizeof(float);
+  for (const auto& v : scratch_.expert_out) bytes += v.capacity() * sizeof(float);
   ScratchSet& kept = ThreadScratch();
   if (kept.slots.empty() && bytes <= kKeptScratchBytes) kept = std::move(scratch_);
 }
@@ -180,19 +200,7 @@ void CpuForwardKernels::Embed(DeviceWeight table, std::span<const uint32_t> toke
 
 void CpuForwardKernels::Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx,
                              DeviceWeight w, int64_t ldw, float* y, int64_t ldy, bool accumulate) {
-  const float beta = accumulate ? 1.0f : 0.0f;
-  if (w.dtype != DType::kBF16) {
-    cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, m, n, k, 1.0f, x, ldx,
-              static_cast<const float*>(w.data), ldw, beta, y, ldy);
-    return;
-  }
-  std::vector<uint16_t>& x_bf16 = scratch_.x_bf16;
-  if (x_bf16.size() < static_cast<size_t>(m * k)) x_bf16.resize(static_cast<size_t>(m * k));
-  cpu::ParallelFor(m, 64, [&](int64_t r0, int64_t r1) {
-    cpu::ConvertRowsToBf16(x + r0 * ldx, ldx, r1 - r0, k, x_bf16.data() + r0 * k, k);
-  });
-  cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, m, n, k, 1.0f, x_bf16.data(), k,
-            static_cast<const uint16_t*>(w.data), ldw, beta, y, ldy);
+  LinearGemm(m, n, k, x, ldx, w, ldw, y, ldy, accumulate, &scratch_.x_bf16);
 }
 
 void CpuForwardKernels::RmsNorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
@@ -300,28 +308,74 @@ void CpuForwardKernels::SwiGlu(float* gu, int64_t rows, int64_t im) {
   });
 }
 
-void CpuForwardKernels::GatherRows(const float* src, std::span<const int64_t> idx, int64_t cols,
-                                   float* dst) {
-  cpu::ParallelFor(static_cast<int64_t>(idx.size()), 64, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      std::memcpy(dst + j * cols, src + idx[static_cast<size_t>(j)] * cols,
-                  static_cast<size_t>(cols) * sizeof(float));
+void CpuForwardKernels::RoutedExperts(const float* x, std::span<const ExpertWork> experts,
+                                      int64_t hidden, float* y) {
+  // Few rows per expert (a compose, a decode step): each expert on one thread, side by side.
+  // Many (a prefill): one expert after another with the whole budget, whose GEMMs split well
+  // and stay balanced however unevenly the router spread the rows. Either way each expert's
+  // output goes to a buffer of its own, then into y in expert order (a row routed to two
+  // experts gets both sums in the same order as one by one).
+  constexpr int64_t kGroupedBelowRows = 128;  // mean rows per expert
+  const auto ne = static_cast<int64_t>(experts.size());
+  int64_t routed = 0;
+  for (const ExpertWork& w : experts) routed += static_cast<int64_t>(w.rows.size());
+  const bool grouped = routed < kGroupedBelowRows * std::max<int64_t>(ne, 1);
+  std::vector<std::vector<float>>& outs = scratch_.expert_out;
+  if (outs.size() < experts.size()) outs.resize(experts.size());
+  auto run = [&](int64_t e0, int64_t e1) {
+    // The running thread's buffers, kept between calls (growing a vector zero-fills it). The
+    // nested loops below may run on other threads: they reach these through the pointers.
+    thread_local std::vector<float> gathered_kept, gate_up_kept;
+    thread_local std::vector<uint16_t> x16_kept;
+    std::vector<float>* const gathered_buf = &gathered_kept;
+    std::vector<float>* const gate_up_buf = &gate_up_kept;
+    std::vector<uint16_t>* const x16 = &x16_kept;
+    for (int64_t e = e0; e < e1; ++e) {
+      const ExpertWork& w = experts[static_cast<size_t>(e)];
+      const auto n = static_cast<int64_t>(w.rows.size());
+      const int64_t im = w.intermediate;
+      if (gathered_buf->size() < static_cast<size_t>(n * hidden)) {
+        gathered_buf->resize(static_cast<size_t>(n * hidden));
+      }
+      float* const gathered = gathered_buf->data();
+      cpu::ParallelFor(n, 64, [&](int64_t j0, int64_t j1) {
+        for (int64_t j = j0; j < j1; ++j) {
+          std::memcpy(gathered + j * hidden, x + w.rows[static_cast<size_t>(j)] * hidden,
+                      static_cast<size_t>(hidden) * sizeof(float));
+        }
+      });
+      if (gate_up_buf->size() < static_cast<size_t>(n * 2 * im)) {
+        gate_up_buf->resize(static_cast<size_t>(n * 2 * im));
+      }
+      float* const gate_up = gate_up_buf->data();
+      LinearGemm(n, 2 * im, hidden, gathered, hidden, w.gate_up, hidden, gate_up, 2 * im, false,
+                 x16);
+      cpu::ParallelFor(n, 32, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) SwiGluRow(gate_up + r * 2 * im, im);
+      });
+      std::vector<float>& out = outs[static_cast<size_t>(e)];
+      if (out.size() < static_cast<size_t>(n * hidden)) out.resize(static_cast<size_t>(n * hidden));
+      LinearGemm(n, hidden, im, gate_up, 2 * im, w.down, im, out.data(), hidden, false, x16);
     }
-  });
-}
-
-void CpuForwardKernels::ScatterAddRows(float* y, std::span<const int64_t> idx,
-                                       std::span<const float> weight, int64_t cols,
-                                       const float* src) {
-  // idx holds no duplicates, so the rows' updates are independent.
-  cpu::ParallelFor(static_cast<int64_t>(idx.size()), 64, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      float* yr = y + idx[static_cast<size_t>(j)] * cols;
-      const float wgt = weight[static_cast<size_t>(j)];
-      const float* s = src + j * cols;
-      for (int64_t i = 0; i < cols; ++i) yr[i] += wgt * s[i];
-    }
-  });
+  };
+  if (grouped) {
+    cpu::ParallelFor(ne, 1, run);
+  } else {
+    run(0, ne);
+  }
+  for (int64_t e = 0; e < ne; ++e) {
+    const ExpertWork& w = experts[static_cast<size_t>(e)];
+    const std::vector<float>& out = outs[static_cast<size_t>(e)];
+    // The rows of one expert are distinct, so they update y independently.
+    cpu::ParallelFor(static_cast<int64_t>(w.rows.size()), 64, [&](int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) {
+        float* yr = y + w.rows[static_cast<size_t>(j)] * hidden;
+        const float wgt = w.weights[static_cast<size_t>(j)];
+        const float* s = out.data() + j * hidden;
+        for (int64_t i = 0; i < hidden; ++i) yr[i] += wgt * s[i];
+      }
+    });
+  }
 }
 
 void CpuForwardKernels::SharedExpertAdd(const float* x, const float* gate_w, const float* out,

@@ -77,10 +77,8 @@ class CpuForwardKernels final : public ForwardKernels {
                  float* out, std::span<const int64_t> positions) override;
   void SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows, int64_t cols) override;
   void SwiGlu(float* gu, int64_t rows, int64_t im) override;
-  void GatherRows(const float* src, std::span<const int64_t> idx, int64_t cols,
-                  float* dst) override;
-  void ScatterAddRows(float* y, std::span<const int64_t> idx, std::span<const float> weight,
-                      int64_t cols, const float* src) override;
+  void RoutedExperts(const float* x, std::span<const ExpertWork> experts, int64_t hidden,
+                     float* y) override;
   void SharedExpertAdd(const float* x, const float* gate_w, const float* out, float* y,
                        int64_t rows, int64_t dim) override;
 
@@ -93,7 +91,8 @@ class CpuForwardKernels final : public ForwardKernels {
   };
   struct ScratchSet {
     std::vector<Buffer> slots;
-    std::vector<uint16_t> x_bf16;  // a bf16 GEMM's activations
+    std::vector<uint16_t> x_bf16;                // a bf16 GEMM's activations
+    std::vector<std::vector<float>> expert_out;  // RoutedExperts' per-expert outputs
   };
   static ScratchSet& ThreadScratch();
   ScratchSet scratch_;

@@ -370,7 +370,8 @@ void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {
   const float* logits = k.ToHost(router, rows * ne, &router_host_);
 
   // Route on the host: fp32 softmax, top-k, renormalised when norm_topk_prob. Then group rows
-  // by expert so each expert runs as one sgemm over its tokens.
+  // by expert: each expert runs as one GEMM pair over its tokens, all of them in one grouped
+  // step.
   std::vector<std::vector<int64_t>> expert_rows(static_cast<size_t>(ne));
   std::vector<std::vector<float>> expert_weights(static_cast<size_t>(ne));
   std::vector<int64_t> order(static_cast<size_t>(ne));
@@ -401,16 +402,15 @@ void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {
   }
 
   k.Fill(y, rows * h, 0.0f);
+  std::vector<ExpertWork> work;
   for (int64_t e = 0; e < ne; ++e) {
     const auto& er = expert_rows[static_cast<size_t>(e)];
-    const auto n = static_cast<int64_t>(er.size());
-    if (n == 0) continue;
-    float* gathered = Scratch(kGathered, n * h);
-    float* out = Scratch(kExpertOut, n * h);
-    k.GatherRows(xn, er, h, gathered);
-    SwiGlu(m.experts[static_cast<size_t>(e)], gathered, n, out);
-    k.ScatterAddRows(y, er, expert_weights[static_cast<size_t>(e)], h, out);
+    if (er.empty()) continue;
+    const MlpWeights& ew = m.experts[static_cast<size_t>(e)];
+    work.push_back({Weight(ew.gate_up), Weight(ew.down), ew.intermediate, er,
+                    expert_weights[static_cast<size_t>(e)]});
   }
+  k.RoutedExperts(xn, work, h, y);
   if (m.shared.intermediate > 0) {
     float* out = Scratch(kExpertOut, rows * h);
     SwiGlu(m.shared, xn, rows, out);

@@ -104,7 +104,6 @@ class Model::Pass {
     kO,
     kAttn,
     kRouter,
-    kGathered,
     kExpertOut,
     kGateUp,
     kNumScratch

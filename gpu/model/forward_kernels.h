@@ -67,6 +67,16 @@ struct GdnInputArgs {
   float* beta = nullptr;           // [rows, HV], sigmoid(b)
 };
 
+// One routed expert's share of an MoE layer: its weights on the backend, the rows of x routed
+// to it (no duplicates) and their routing weights.
+struct ExpertWork {
+  DeviceWeight gate_up;  // [2I, hidden]: gate rows then up rows
+  DeviceWeight down;     // [hidden, I]
+  int64_t intermediate = 0;
+  std::span<const int64_t> rows;
+  std::span<const float> weights;
+};
+
 class ForwardKernels {
  public:
   virtual ~ForwardKernels() = default;
@@ -135,12 +145,12 @@ class ForwardKernels {
                            int64_t cols) = 0;
   // Each row of gu [rows, 2*im]: the gate half becomes silu(gate) * up.
   virtual void SwiGlu(float* gu, int64_t rows, int64_t im) = 0;
-  // dst[j] = src[idx[j]] (rows of `cols`).
-  virtual void GatherRows(const float* src, std::span<const int64_t> idx, int64_t cols,
-                          float* dst) = 0;
-  // y[idx[j]] += weight[j] * src[j]; idx holds no duplicates.
-  virtual void ScatterAddRows(float* y, std::span<const int64_t> idx, std::span<const float> weight,
-                              int64_t cols, const float* src) = 0;
+  // The routed experts of an MoE layer as one grouped step: for each expert e in order,
+  // y[r] += w * down(silu(gate(x[r])) * up(x[r])) over its rows r (x and y rows of `hidden`).
+  // The CPU runs the experts side by side, each on one thread; the sums into y still go in
+  // expert order, so the bits do not depend on the thread count.
+  virtual void RoutedExperts(const float* x, std::span<const ExpertWork> experts, int64_t hidden,
+                             float* y) = 0;
   // y[r] += sigmoid(x[r] . gate_w) * out[r].
   virtual void SharedExpertAdd(const float* x, const float* gate_w, const float* out, float* y,
                                int64_t rows, int64_t dim) = 0;

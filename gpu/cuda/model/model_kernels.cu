@@ -530,19 +530,24 @@ class CudaForwardKernels final : public ForwardKernels {
     if (ok()) Launch(SwiGluKernel, rows * im, gu, rows, im);
   }
 
-  void GatherRows(const float* src, std::span<const int64_t> idx, int64_t cols,
-                  float* dst) override {
-    const auto n = static_cast<int64_t>(idx.size());
-    const int64_t* d = Upload(idx.data(), n);
-    if (ok()) Launch(GatherKernel, n * cols, src, d, n, cols, dst);
-  }
-
-  void ScatterAddRows(float* y, std::span<const int64_t> idx, std::span<const float> weight,
-                      int64_t cols, const float* src) override {
-    const auto n = static_cast<int64_t>(idx.size());
-    const int64_t* di = Upload(idx.data(), n);
-    const float* dw = Upload(weight.data(), n);
-    if (ok()) Launch(ScatterAddKernel, n * cols, y, di, dw, n, cols, src);
+  // One expert after another on the stream (grouped GEMMs are issue 15's).
+  void RoutedExperts(const float* x, std::span<const ExpertWork> experts, int64_t hidden,
+                     float* y) override {
+    for (const ExpertWork& w : experts) {
+      const auto n = static_cast<int64_t>(w.rows.size());
+      const int64_t im = w.intermediate;
+      float* gathered = Alloc<float>(n * hidden);
+      float* gate_up = Alloc<float>(n * 2 * im);
+      float* out = Alloc<float>(n * hidden);
+      const int64_t* rows = Upload(w.rows.data(), n);
+      const float* weights = Upload(w.weights.data(), n);
+      if (!ok()) return;
+      Launch(GatherKernel, n * hidden, x, rows, n, hidden, gathered);
+      Gemm(n, 2 * im, hidden, gathered, hidden, w.gate_up, hidden, gate_up, 2 * im, false);
+      SwiGlu(gate_up, n, im);
+      Gemm(n, hidden, im, gate_up, 2 * im, w.down, im, out, hidden, false);
+      if (ok()) Launch(ScatterAddKernel, n * hidden, y, rows, weights, n, hidden, out);
+    }
   }
 
   void SharedExpertAdd(const float* x, const float* gate_w, const float* out, float* y,

@@ -1,0 +1,106 @@
+// CpuForwardKernels steps against plain float64 loops: RoutedExperts in both of its regimes
+// (few rows per expert: experts side by side; many: one after another with the whole budget),
+// fp32 and bf16 weights, at a 2-thread budget.
+#include "gpu/model/cpu_kernels.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/dtype.h"
+#include "gpu/cpu/compute_threads.h"
+#include "tests/support/seeded_rng.h"
+
+namespace hypic::model {
+namespace {
+
+double Silu(double x) { return x / (1.0 + std::exp(-x)); }
+
+TEST_CASE("RoutedExperts equals the experts run one by one, few rows or many, f32 or bf16") {
+  constexpr int64_t hidden = 48, im = 40, experts = 4, top = 2;
+  for (int64_t rows : {9, 700}) {  // 18 and 1400 routed rows: both regimes
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      CAPTURE(rows);
+      CAPTURE(DTypeName(dtype));
+      testing::SeededRng rng(static_cast<uint64_t>(rows) + static_cast<uint64_t>(dtype));
+      const auto x = rng.NormalVector(static_cast<size_t>(rows * hidden));
+      std::vector<std::vector<float>> gu(experts), down(experts);
+      std::vector<std::vector<uint16_t>> gu16(experts), down16(experts);
+      std::vector<std::vector<int64_t>> idx(experts);
+      std::vector<std::vector<float>> wgt(experts);
+      for (int64_t e = 0; e < experts; ++e) {
+        gu[e] = rng.NormalVector(static_cast<size_t>(2 * im * hidden), 0.2f);
+        down[e] = rng.NormalVector(static_cast<size_t>(hidden * im), 0.2f);
+        for (auto* v : {&gu[e], &down[e]}) {
+          if (dtype == DType::kBF16) {  // the reference sees the rounded weights
+            for (float& f : *v) f = Bf16ToF32(F32ToBf16(f));
+          }
+        }
+        gu16[e].resize(gu[e].size());
+        down16[e].resize(down[e].size());
+        for (size_t i = 0; i < gu[e].size(); ++i) gu16[e][i] = F32ToBf16(gu[e][i]);
+        for (size_t i = 0; i < down[e].size(); ++i) down16[e][i] = F32ToBf16(down[e][i]);
+      }
+      for (int64_t r = 0; r < rows; ++r) {  // rows to experts r % E and (r + 1) % E
+        for (int64_t t = 0; t < top; ++t) {
+          const int64_t e = (r + t) % experts;
+          idx[e].push_back(r);
+          wgt[e].push_back(0.25f + 0.5f * static_cast<float>(t));
+        }
+      }
+      std::vector<ExpertWork> work;
+      for (int64_t e = 0; e < experts; ++e) {
+        const DeviceWeight g = dtype == DType::kBF16 ? DeviceWeight(dtype, gu16[e].data())
+                                                     : DeviceWeight(gu[e].data());
+        const DeviceWeight d = dtype == DType::kBF16 ? DeviceWeight(dtype, down16[e].data())
+                                                     : DeviceWeight(down[e].data());
+        work.push_back({g, d, im, idx[e], wgt[e]});
+      }
+      std::vector<float> y(static_cast<size_t>(rows * hidden), 0.0f);
+      {
+        cpu::ScopedComputeThreads budget(2);
+        CpuForwardKernels k;
+        k.RoutedExperts(x.data(), work, hidden, y.data());
+      }
+      // float64 reference; bf16 also rounds the activations entering each GEMM.
+      auto act = [&](double v) {
+        return dtype == DType::kBF16 ? Bf16ToF32(F32ToBf16(static_cast<float>(v))) : v;
+      };
+      double worst = 0.0, scale = 0.0;
+      std::vector<double> want(y.size(), 0.0);
+      for (int64_t e = 0; e < experts; ++e) {
+        for (size_t j = 0; j < idx[e].size(); ++j) {
+          const float* xr = x.data() + idx[e][j] * hidden;
+          std::vector<double> h(static_cast<size_t>(im));
+          for (int64_t i = 0; i < im; ++i) {
+            double g = 0, u = 0;
+            for (int64_t c = 0; c < hidden; ++c) {
+              g += act(xr[c]) * gu[e][static_cast<size_t>(i * hidden + c)];
+              u += act(xr[c]) * gu[e][static_cast<size_t>((im + i) * hidden + c)];
+            }
+            h[static_cast<size_t>(i)] = Silu(g) * u;
+          }
+          for (int64_t c = 0; c < hidden; ++c) {
+            double o = 0;
+            for (int64_t i = 0; i < im; ++i) {
+              o += act(h[static_cast<size_t>(i)]) * down[e][static_cast<size_t>(c * im + i)];
+            }
+            want[static_cast<size_t>(idx[e][j] * hidden + c)] += wgt[e][j] * o;
+          }
+        }
+      }
+      for (size_t i = 0; i < y.size(); ++i) {
+        worst = std::max(worst, std::abs(y[i] - want[i]));
+        scale = std::max(scale, std::abs(want[i]));
+      }
+      INFO("max |dy| ", worst, " of ", scale);
+      // fp32: summation order only. bf16: the activations' roundings may fall either side of a
+      // tie-free boundary differently from float64's exact products (a few bf16 ulps).
+      CHECK(worst / scale < (dtype == DType::kBF16 ? 2e-2 : 1e-5));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hypic::model
