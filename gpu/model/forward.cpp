@@ -21,33 +21,6 @@ linear::Shape GdnShape(const ModelConfig& c, int64_t tokens) {
   return s;
 }
 
-// Entry tensors are validated (IsEntryDType) before a pass sees them.
-void WidenToF32(DType from, const void* src, float* dst, int64_t n) {
-  const auto* h = static_cast<const uint16_t*>(src);
-  switch (from) {
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(h[i]);
-      return;
-    case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(h[i]);
-      return;
-    default: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
-  }
-}
-
-void RoundFromF32(const float* src, DType to, void* dst, int64_t n) {
-  auto* h = static_cast<uint16_t*>(dst);
-  switch (to) {
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) h[i] = F32ToBf16(src[i]);
-      return;
-    case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) h[i] = F32ToF16(src[i]);
-      return;
-    default: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
-  }
-}
-
 }  // namespace
 
 Model::Pass::Pass(const Model& model, ModelState& state, ComposeMode mode,
@@ -81,14 +54,16 @@ const float* Model::Pass::EntryInput(const EntryTensor& t, int64_t n) {
   if (widened_used_ == widened_.size()) widened_.emplace_back();
   std::vector<float>& buf = widened_[widened_used_++];
   buf.resize(static_cast<size_t>(n));
-  WidenToF32(t.view.dtype(), t.view.data(), buf.data(), n);
+  // Entry tensors are validated (IsEntryDType) before a pass sees them.
+  ConvertElements(t.view.dtype(), t.view.data(), DType::kF32, buf.data(), static_cast<size_t>(n));
   return kernels_->Input(buf.data(), n);
 }
 
 Status Model::Pass::FinishPass() {
   HYPIC_RETURN_IF_ERROR(kernels_->Finish());
   for (Rounding& r : roundings_) {
-    RoundFromF32(r.f32.data(), r.dst.dtype(), r.dst.data(), r.dst.NumElements());
+    ConvertElements(DType::kF32, r.f32.data(), r.dst.dtype(), r.dst.data(),
+                    static_cast<size_t>(r.dst.NumElements()));
   }
   roundings_.clear();
   return Status::Ok();
