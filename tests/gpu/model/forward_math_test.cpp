@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "gpu/linear/linear_math.h"
-#include "gpu/model/cpu_kernels.h"
 #include "tests/support/seeded_rng.h"
 
 namespace hypic::model {
