@@ -60,6 +60,66 @@ Result<T> ParseMessage(Reply&& r) {
 
 }  // namespace
 
+Result<std::vector<protocol::StreamTensor>> DecodeState(const protocol::ComposeReply& reply) {
+  if (!reply.has_state) return std::vector<protocol::StreamTensor>();
+  return AsCorruption(protocol::DecodeTensorStream(ByteSpan(reply.state)));
+}
+
+Status Client::CheckStateContract() const {
+  if (hello_ && hello_->state_contract != protocol::kStateContractVersion) {
+    return VersionMismatch("the server's state contract is version " +
+                           std::to_string(hello_->state_contract) + "; this client knows " +
+                           std::to_string(protocol::kStateContractVersion));
+  }
+  return Status::Ok();
+}
+
+void Client::FeedSink(StateSink& sink, ByteSpan bytes, bool last) {
+  if (!sink.error.ok()) return;
+  auto fail = [&](Status st) { sink.error = st; };
+  if (!sink.head_done) {
+    sink.head.insert(sink.head.end(), bytes.begin(), bytes.end());
+    auto size = protocol::ComposeReplyHeadSize(ByteSpan(sink.head));
+    if (!size.ok()) return fail(Corruption("malformed COMPOSE reply: " + size.status().message()));
+    if (!size->has_value()) {
+      if (last) fail(Corruption("the COMPOSE reply ended inside its head"));
+      return;
+    }
+    sink.head_done = true;
+    Bytes rest(sink.head.begin() + static_cast<ptrdiff_t>(**size), sink.head.end());
+    sink.head.resize(**size);
+    auto head = protocol::Decode<protocol::ComposeReply>(ByteSpan(sink.head));
+    if (!head.ok()) return fail(Corruption("malformed COMPOSE reply: " + head.status().message()));
+    if (!head->has_state) {
+      if (!rest.empty()) fail(Corruption("COMPOSE reply: bytes after a head without state"));
+      return;
+    }
+    sink.parser = std::make_unique<protocol::TensorStreamParser>(
+        [&sink](protocol::OwnedStreamTensor&& t) -> Status {
+          if (!sink.tensors.empty() && t.layer != sink.layer) {
+            HYPIC_RETURN_IF_ERROR(sink.on_layer(sink.layer, sink.tensors));
+            sink.tensors.clear();
+          }
+          sink.layer = t.layer;
+          sink.tensors.push_back(std::move(t));
+          return Status::Ok();
+        });
+    bytes = ByteSpan(rest);
+    Status st = sink.parser->Feed(bytes);
+    if (!st.ok()) return fail(st);
+  } else if (sink.parser) {
+    Status st = sink.parser->Feed(bytes);
+    if (!st.ok()) return fail(st);
+  } else if (!bytes.empty()) {
+    return fail(Corruption("COMPOSE reply: bytes after a head without state"));
+  }
+  if (!last || !sink.parser) return;
+  Status st = sink.parser->Finish();
+  if (st.ok() && !sink.tensors.empty()) st = sink.on_layer(sink.layer, sink.tensors);
+  sink.tensors.clear();
+  if (!st.ok()) fail(st);
+}
+
 Client::Client(std::unique_ptr<Connection> conn, const ClientOptions& options)
     : conn_(std::move(conn)),
       options_(options),
@@ -93,6 +153,8 @@ Result<protocol::HelloReply> Client::Hello(const std::string& token,
   HYPIC_ASSIGN_OR_RETURN(Reply r, Wait(id));
   HYPIC_ASSIGN_OR_RETURN(auto hello,
                          AsCorruption(protocol::Decode<protocol::HelloReply>(ByteSpan(r.body))));
+  // The state contract is checked when a state is asked for (CheckStateContract): a client
+  // that never asks for one works with any.
   if (hello.version < protocol::kMinVersion || hello.version > protocol::kMaxVersion) {
     return Fail(VersionMismatch("the server chose version " + std::to_string(hello.version)));
   }
@@ -259,6 +321,15 @@ Status Client::FileFrame(Reply frame) {
   if (outstanding_.count(id) == 0) {
     return Fail(Corruption("reply to request " + std::to_string(id) + ", which is not in flight"));
   }
+  if (auto sink = sinks_.find(id); sink != sinks_.end()) {
+    // A streamed state: each chunk goes to its parser as it arrives, nothing is assembled.
+    if (h.status == 0) FeedSink(*sink->second, ByteSpan(frame.body), !h.has_more());
+    if (h.has_more() && h.status == 0) return Status::Ok();
+    if (h.status == 0) frame.body = std::move(sink->second->head);
+    outstanding_.erase(id);
+    done_[id] = std::move(frame);
+    return Status::Ok();
+  }
   auto part = partial_.find(id);
   if (h.has_more() && h.status == 0) {
     if (part == partial_.end()) {
@@ -352,14 +423,58 @@ Result<protocol::PrefillReply> Client::Prefill(const protocol::PrefillRequest& r
 
 Result<Pending<protocol::ComposeReply>> Client::SubmitCompose(
     const protocol::ComposeRequest& request, uint32_t deadline_ms) {
-  Bytes body = protocol::Encode(request);
-  return Submit<protocol::ComposeReply>(Opcode::kCompose, {}, {}, ByteSpan(body),
-                                        &ParseMessage<protocol::ComposeReply>, deadline_ms);
+  return SubmitCompose(request, protocol::ComposeOptions{}, deadline_ms);
 }
 Result<protocol::ComposeReply> Client::Compose(const protocol::ComposeRequest& request,
                                                uint32_t deadline_ms) {
   HYPIC_ASSIGN_OR_RETURN(auto p, SubmitCompose(request, deadline_ms));
   return p.Wait();
+}
+
+Result<Pending<protocol::ComposeReply>> Client::SubmitCompose(
+    const protocol::ComposeRequest& request, const protocol::ComposeOptions& options,
+    uint32_t deadline_ms) {
+  if (request.return_state) HYPIC_RETURN_IF_ERROR(CheckStateContract());
+  Bytes body = protocol::Encode(request);
+  Bytes ext;
+  if (!(options == protocol::ComposeOptions{})) ext = protocol::Encode(options);
+  return Submit<protocol::ComposeReply>(Opcode::kCompose, {}, ByteSpan(ext), ByteSpan(body),
+                                        &ParseMessage<protocol::ComposeReply>, deadline_ms);
+}
+
+Result<protocol::ComposeReply> Client::Compose(const protocol::ComposeRequest& request,
+                                               const protocol::ComposeOptions& options,
+                                               uint32_t deadline_ms) {
+  HYPIC_ASSIGN_OR_RETURN(auto p, SubmitCompose(request, options, deadline_ms));
+  return p.Wait();
+}
+
+Result<protocol::ComposeReply> Client::ComposeStreaming(const protocol::ComposeRequest& request,
+                                                        const protocol::ComposeOptions& options,
+                                                        const LayerCallback& on_layer,
+                                                        uint32_t deadline_ms) {
+  if (request.return_state) HYPIC_RETURN_IF_ERROR(CheckStateContract());
+  Bytes body = protocol::Encode(request);
+  Bytes ext;
+  if (!(options == protocol::ComposeOptions{})) ext = protocol::Encode(options);
+  HYPIC_ASSIGN_OR_RETURN(uint64_t id,
+                         Send(Opcode::kCompose, {}, ByteSpan(ext), ByteSpan(body), deadline_ms));
+  auto sink = std::make_unique<StateSink>();
+  sink->on_layer = on_layer;
+  StateSink* s = sink.get();
+  sinks_[id] = std::move(sink);
+  Result<Reply> r = Wait(id);
+  // Send reads while a write blocks, so the reply may have been filed whole before the sink
+  // existed: then it is parsed here, in one piece.
+  if (r.ok() && !s->head_done && s->error.ok()) {
+    FeedSink(*s, ByteSpan(r->body), /*last=*/true);
+    r->body = s->head;
+  }
+  Status sink_error = s->error;
+  sinks_.erase(id);
+  if (!r.ok()) return r.status();
+  HYPIC_RETURN_IF_ERROR(sink_error);
+  return AsCorruption(protocol::Decode<protocol::ComposeReply>(ByteSpan(r->body)));
 }
 
 Result<std::string> Client::Stats() {

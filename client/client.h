@@ -10,6 +10,13 @@
 // blocked the client reads and stores replies, and it keeps at most the server's
 // max_inflight_requests outstanding (waiting for replies before sending more).
 //
+// The composed state (COMPOSE with return_state; its meaning is docs/state-format.md) comes
+// either whole, in ComposeReply::state (DecodeState gives its tensors), or streamed: with
+// ComposeStreaming each layer's tensors are handed to a callback as soon as they are in, and
+// the client never holds more than one layer of them. Both refuse a server whose HELLO
+// announces a state contract version other than protocol::kStateContractVersion
+// (kVersionMismatch, before the request is sent).
+//
 // Errors: a non-OK reply status comes back as that Status with the server's message; a
 // GOAWAY fails every outstanding and later request with its status; a malformed frame from
 // the server is kCorruption and the connection is then unusable.
@@ -18,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,6 +38,7 @@
 #include "core/status.h"
 #include "protocol/decoder.h"
 #include "protocol/messages.h"
+#include "protocol/tensor_stream_parser.h"
 
 namespace hypic::client {
 
@@ -44,7 +53,7 @@ struct ClientOptions {
   int connect_timeout_ms = 5000;
   int io_timeout_ms = 60000;  // per blocking read or write step
   uint64_t max_reply_frame = uint64_t{1} << 30;
-  uint64_t max_reply_message = uint64_t{4} << 30;  // a whole chunked reply
+  uint64_t max_reply_message = uint64_t{16} << 30;  // a whole chunked reply held in memory
   // xxh3-64 is the fast choice; kCrc32 is what a stdlib-only client would use.
   protocol::ChecksumKind checksum = protocol::ChecksumKind::kXxh3_64;
   bool hello = true;  // send HELLO in Connect
@@ -63,6 +72,16 @@ struct GetResult {
 };
 
 struct Done {};  // the value of operations that return nothing but a status
+
+// The tensors of a state that arrived whole, as views into reply.state (valid while it lives).
+// kCorruption for a malformed stream; an empty vector without a state.
+Result<std::vector<protocol::StreamTensor>> DecodeState(const protocol::ComposeReply& reply);
+
+// One layer of a streamed state: its tensors in stream order (linear: state, conv tail;
+// attention: key, value). Returning an error stops the delivery: the rest of the stream is
+// read and discarded and ComposeStreaming returns that error.
+using LayerCallback =
+    std::function<Status(uint32_t layer, std::vector<protocol::OwnedStreamTensor>& tensors)>;
 
 class Client;
 
@@ -128,6 +147,20 @@ class Client {
                                                         uint32_t deadline_ms = 0);
   Result<protocol::ComposeReply> Compose(const protocol::ComposeRequest& request,
                                          uint32_t deadline_ms = 0);
+  // With reply options (state dtype, full logits): the COMPOSE ext.
+  Result<Pending<protocol::ComposeReply>> SubmitCompose(const protocol::ComposeRequest& request,
+                                                        const protocol::ComposeOptions& options,
+                                                        uint32_t deadline_ms = 0);
+  Result<protocol::ComposeReply> Compose(const protocol::ComposeRequest& request,
+                                         const protocol::ComposeOptions& options,
+                                         uint32_t deadline_ms = 0);
+  // COMPOSE with the state delivered layer by layer to `on_layer` as it streams in (the reply's
+  // `state` stays empty, has_state true). Blocking. Errors: those of Compose, kCorruption for a
+  // malformed stream, or the callback's error.
+  Result<protocol::ComposeReply> ComposeStreaming(const protocol::ComposeRequest& request,
+                                                  const protocol::ComposeOptions& options,
+                                                  const LayerCallback& on_layer,
+                                                  uint32_t deadline_ms = 0);
 
   // Admin operations (need the admin grant: kUnauthorized otherwise).
   Result<std::string> Stats();   // JSON
@@ -159,6 +192,20 @@ class Client {
   Status DrainReadable();
   Status ReadIntoBuffer(int timeout_ms);
   Status Fail(Status s);
+  // kVersionMismatch unless the server's state contract is the one this client knows.
+  Status CheckStateContract() const;
+
+  // A streamed state being received for ComposeStreaming.
+  struct StateSink {
+    LayerCallback on_layer;
+    Bytes head;  // the reply head (then only it), gathered until complete
+    bool head_done = false;
+    std::unique_ptr<protocol::TensorStreamParser> parser;
+    uint32_t layer = 0;
+    std::vector<protocol::OwnedStreamTensor> tensors;  // of `layer`, not yet delivered
+    Status error;
+  };
+  void FeedSink(StateSink& sink, ByteSpan bytes, bool last);
 
   std::unique_ptr<Connection> conn_;
   ClientOptions options_;
@@ -171,6 +218,7 @@ class Client {
   std::unordered_set<uint64_t> outstanding_;     // request ids sent and not yet completed
   std::unordered_map<uint64_t, Reply> done_;     // completed, not yet collected
   std::unordered_map<uint64_t, Reply> partial_;  // chunked replies being assembled
+  std::unordered_map<uint64_t, std::unique_ptr<StateSink>> sinks_;  // streamed states
   Status broken_;  // set once the connection is unusable (GOAWAY, I/O, malformed frame)
 };
 

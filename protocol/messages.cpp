@@ -145,6 +145,7 @@ Bytes Encode(const HelloReply& m) {
     w.U32(x.limits.max_keys);
     w.U32(x.limits.max_parts);
     w.U8(x.admin ? 1 : 0);
+    w.U32(x.state_contract);
   });
 }
 
@@ -166,6 +167,7 @@ Result<HelloReply> Decode<HelloReply>(ByteSpan bytes) {
   HYPIC_RETURN_IF_ERROR(r.U32(&m.limits.max_keys));
   HYPIC_RETURN_IF_ERROR(r.U32(&m.limits.max_parts));
   HYPIC_RETURN_IF_ERROR(r.Bool(&m.admin));
+  HYPIC_RETURN_IF_ERROR(r.U32(&m.state_contract));
   HYPIC_RETURN_IF_ERROR(r.Finish("HELLO reply"));
   return m;
 }
@@ -369,6 +371,8 @@ Bytes Encode(const ComposeReply& m) {
       w.U32(t.token);
       w.F32(t.logit);
     }
+    w.U32(static_cast<uint32_t>(x.logits.size()));
+    w.Raw(x.logits.data(), x.logits.size() * 4);
     w.U8(x.has_state ? 1 : 0);
     // The tensor stream is the rest of the body (no length prefix), so a receiver can hand
     // the tail of a chunked reply to the tensor-stream parser as it arrives.
@@ -397,6 +401,11 @@ Result<ComposeReply> Decode<ComposeReply>(ByteSpan bytes) {
     HYPIC_RETURN_IF_ERROR(r.U32(&t.token));
     HYPIC_RETURN_IF_ERROR(r.F32(&t.logit));
   }
+  HYPIC_RETURN_IF_ERROR(r.Count(&n, kMaxLogits, 4, "logits"));
+  ByteSpan row;
+  HYPIC_RETURN_IF_ERROR(r.View(size_t{n} * 4, &row, "logits"));
+  m.logits.resize(n);
+  if (n > 0) std::memcpy(m.logits.data(), row.data(), row.size());
   HYPIC_RETURN_IF_ERROR(r.Bool(&m.has_state));
   if (m.has_state) {
     ByteSpan state;
@@ -405,6 +414,49 @@ Result<ComposeReply> Decode<ComposeReply>(ByteSpan bytes) {
   }
   HYPIC_RETURN_IF_ERROR(r.Finish("COMPOSE reply"));
   return m;
+}
+
+Bytes Encode(const ComposeOptions& m) {
+  return EncodeWith(m, [](WireWriter& w, const ComposeOptions& x) {
+    WriteEnum(w, x.state_dtype);
+    WriteEnum(w, x.logits);
+  });
+}
+
+template <>
+Result<ComposeOptions> Decode<ComposeOptions>(ByteSpan bytes) {
+  WireReader r(bytes);
+  ComposeOptions m;
+  HYPIC_RETURN_IF_ERROR(ReadEnum(r, &m.state_dtype, kMaxDType, "state dtype"));
+  HYPIC_RETURN_IF_ERROR(ReadEnum(r, &m.logits, kMaxLogitsMode, "logits mode"));
+  HYPIC_RETURN_IF_ERROR(r.Finish("COMPOSE options"));
+  return m;
+}
+
+Result<ComposeOptions> DecodeComposeOptions(ByteSpan ext) {
+  if (ext.empty()) return ComposeOptions{};
+  return Decode<ComposeOptions>(ext);
+}
+
+Result<std::optional<size_t>> ComposeReplyHeadSize(ByteSpan bytes) {
+  // The head's variable parts are three counted arrays at offsets the earlier counts fix.
+  auto count_at = [&](size_t at, uint32_t* n) {
+    if (bytes.size() < at + 4) return false;
+    std::memcpy(n, bytes.data() + at, 4);
+    return true;
+  };
+  uint32_t parts = 0, top = 0, logits = 0;
+  if (!count_at(0, &parts)) return std::optional<size_t>();
+  if (parts > kMaxParts) return TooLarge("COMPOSE reply: too many part results");
+  size_t at = 4 + size_t{parts} * 22 + 40 + 4;  // part results, timings, n_tokens
+  if (!count_at(at, &top)) return std::optional<size_t>();
+  if (top > kMaxTopK) return TooLarge("COMPOSE reply: too many top logits");
+  at += 4 + size_t{top} * 8;
+  if (!count_at(at, &logits)) return std::optional<size_t>();
+  if (logits > kMaxLogits) return TooLarge("COMPOSE reply: logits row too long");
+  at += 4 + size_t{logits} * 4 + 1;  // the row, has_state
+  if (bytes.size() < at) return std::optional<size_t>();
+  return std::optional<size_t>(at);
 }
 
 // ---- EVICT ----

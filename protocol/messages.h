@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,12 @@ inline constexpr uint32_t kMaxListEntries = 10000;     // entries in one LIST pa
 inline constexpr uint32_t kMaxVerifyBadKeys = 1024;    // bad keys reported by one VERIFY
 inline constexpr uint32_t kMaxStreamTensors = 65536;   // tensors in one tensor stream
 inline constexpr uint32_t kDefaultSeam = 0xFFFFFFFFu;  // "use the daemon's seam w"
+inline constexpr uint32_t kMaxLogits = 1u << 24;       // a full logits row (the vocabulary)
+
+// The version of the state contract (docs/state-format.md): what the tensors of a composed
+// state mean (names, shapes, orientation, positions, RoPE, conv-tail order). Announced in the
+// HELLO reply; a frontend refuses a version it does not know.
+inline constexpr uint32_t kStateContractVersion = 1;
 
 // Where an entry lives. Numeric values are wire values: never renumber.
 enum class Tier : uint8_t { kNone = 0, kHbm = 1, kHost = 2, kSsd = 3 };
@@ -75,6 +82,7 @@ struct HelloReply {
   uint32_t format_version = 0;  // entry format version (part of every key)
   ServerLimits limits;
   bool admin = false;  // whether admin opcodes are granted on this connection
+  uint32_t state_contract = kStateContractVersion;  // docs/state-format.md
   friend bool operator==(const HelloReply&, const HelloReply&) = default;
 };
 
@@ -164,6 +172,20 @@ struct ComposeRequest {
   friend bool operator==(const ComposeRequest&, const ComposeRequest&) = default;
 };
 
+// What the COMPOSE reply carries of the last token's logits.
+enum class LogitsMode : uint8_t {
+  kTopK = 0,  // the request's top_k (token, logit) pairs only
+  kFull = 1,  // also the whole vocabulary row, in f32
+};
+inline constexpr uint8_t kMaxLogitsMode = 1;
+
+// COMPOSE request ext (empty ext = the defaults): how the reply encodes what it returns.
+struct ComposeOptions {
+  DType state_dtype = DType::kF32;  // the state's tensors: kF32, kBF16 or kF16 (server-checked)
+  LogitsMode logits = LogitsMode::kTopK;
+  friend bool operator==(const ComposeOptions&, const ComposeOptions&) = default;
+};
+
 enum class PartOutcome : uint8_t { kHit = 0, kMiss = 1, kLive = 2 };
 inline constexpr uint8_t kMaxPartOutcome = 2;
 
@@ -186,6 +208,7 @@ struct ComposeReply {
   Timings timings;
   uint32_t n_tokens = 0;      // total prompt length
   std::vector<TopLogit> top;  // descending logit
+  std::vector<float> logits;  // the whole last-token row with LogitsMode::kFull, else empty
   bool has_state = false;
   Bytes state;  // a tensor stream (EncodeTensorStream) when has_state
   friend bool operator==(const ComposeReply&, const ComposeReply&) = default;
@@ -256,6 +279,7 @@ Bytes Encode(const PutOptions& m);
 Bytes Encode(const PrefillRequest& m);
 Bytes Encode(const PrefillReply& m);
 Bytes Encode(const ComposeRequest& m);
+Bytes Encode(const ComposeOptions& m);
 Bytes Encode(const ComposeReply& m);
 Bytes Encode(const EvictRequest& m);
 Bytes Encode(const EvictReply& m);
@@ -268,6 +292,16 @@ Result<T> Decode(ByteSpan bytes);
 
 // PutOptions from a PUT ext: empty ext means the defaults.
 Result<PutOptions> DecodePutOptions(ByteSpan ext);
+// ComposeOptions from a COMPOSE ext: empty ext means the defaults. Any DType value decodes;
+// the server answers BAD_REQUEST for one it cannot encode a state in.
+Result<ComposeOptions> DecodeComposeOptions(ByteSpan ext);
+
+// The length of the head of a COMPOSE reply body (everything before the tensor stream) when
+// `bytes` holds all of it; nullopt when more bytes are needed; kBadRequest/kTooLarge when the
+// counts are invalid. A receiver of a streamed reply decodes the head with Decode<ComposeReply>
+// over those bytes (has_state then true with an empty `state`) and the rest with a
+// TensorStreamParser (protocol/tensor_stream_parser.h).
+Result<std::optional<size_t>> ComposeReplyHeadSize(ByteSpan bytes);
 
 // The tensor stream: the composed state (README "Tensor stream"). Tensors are views into the
 // decoded bytes, which must outlive them.

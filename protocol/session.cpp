@@ -44,6 +44,7 @@ Status ServerSession::OnHello(const HelloRequest& request, HelloReply* reply) {
   }
   admin_ = admin_ok || (policy_.admin_token.empty() && policy_.trusted_peer);
   version_ = static_cast<uint8_t>(hi);
+  client_features_ = request.features;
   phase_ = Phase::kReady;
   decoder_.set_limits(ready_limits_);
   reply->version = hi;

@@ -47,6 +47,8 @@ class ServerSession {
   Phase phase() const { return phase_; }
   bool admin() const { return admin_; }
   uint8_t version() const { return version_; }
+  // The feature bits the client's HELLO announced (0 before HELLO).
+  uint64_t client_features() const { return client_features_; }
 
  private:
   AuthPolicy policy_;
@@ -55,6 +57,7 @@ class ServerSession {
   Phase phase_ = Phase::kAwaitHello;
   bool admin_ = false;
   uint8_t version_ = 0;
+  uint64_t client_features_ = 0;
 };
 
 }  // namespace hypic::protocol

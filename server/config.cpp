@@ -220,6 +220,10 @@ std::vector<ConfigKey> BuildKeys() {
                           &ServerConfig::max_inflight_bytes, 64 << 10));
   keys.push_back(BytesKey("max_body_bytes", "largest frame body accepted (TOO_LARGE above)",
                           &ServerConfig::max_body_bytes, 4 << 10));
+  keys.push_back(BytesKey("max_message_bytes",
+                          "largest whole streamed reply (a COMPOSE state sent in chunks); a "
+                          "reply above it is TOO_LARGE",
+                          &ServerConfig::max_message_bytes, 4 << 10));
   keys.push_back(StringKey("loopback_tcp_congestion",
                            "TCP congestion control for loopback clients (no pacing on a path "
                            "without congestion); empty = the system default",

@@ -84,12 +84,15 @@ struct ServerConfig {
   uint32_t max_inflight_requests = 64;         // per connection
   uint64_t max_inflight_bytes = 512ull << 20;  // per connection: bodies read + replies queued
   uint64_t max_body_bytes = 256ull << 20;      // one frame's body
-  uint32_t hello_timeout_ms = 5000;            // accept -> HELLO complete
-  uint32_t header_timeout_ms = 5000;           // first byte of a frame -> header complete
-  uint64_t min_body_rate = 1ull << 20;         // bytes/s a body must arrive at, at least
-  uint32_t idle_timeout_ms = 300000;           // nothing in flight and nothing read
-  uint32_t request_timeout_ms = 30000;         // frame complete -> reply (cap of deadline_ms)
-  uint32_t drain_timeout_ms = 10000;           // SIGTERM -> in-flight work gets SHUTTING_DOWN
+  // A whole streamed (chunked) reply, e.g. a COMPOSE state: 8 GiB holds the f32 state of a
+  // 128k-token prompt of a 35B-class hybrid (Qwen3.5-35B-A3B: ~5.1 GiB, docs/state-format.md).
+  uint64_t max_message_bytes = 8ull << 30;
+  uint32_t hello_timeout_ms = 5000;     // accept -> HELLO complete
+  uint32_t header_timeout_ms = 5000;    // first byte of a frame -> header complete
+  uint64_t min_body_rate = 1ull << 20;  // bytes/s a body must arrive at, at least
+  uint32_t idle_timeout_ms = 300000;    // nothing in flight and nothing read
+  uint32_t request_timeout_ms = 30000;  // frame complete -> reply (cap of deadline_ms)
+  uint32_t drain_timeout_ms = 10000;    // SIGTERM -> in-flight work gets SHUTTING_DOWN
 
   // Transport.
   // TCP congestion control of loopback connections; "" = the system default. See

@@ -9,9 +9,22 @@
 
 #include "core/logging.h"
 #include "gpu/runtime/model_jobs.h"
+#include "protocol/wire_codec.h"
 #include "storage/entry_format.h"
 
 namespace hypic::server {
+
+using namespace std::chrono_literals;
+
+// One tensor of the composed state, in the order and with the shapes of the state contract
+// (docs/state-format.md): per linear layer its state and conv tail, per attention layer K and V
+// over every position of the prompt.
+struct StateTensor {
+  uint32_t layer = 0;
+  TensorKind kind = TensorKind::kState;
+  Shape shape;
+  const std::vector<float>* data = nullptr;
+};
 
 namespace {
 
@@ -48,33 +61,58 @@ Status CheckDeadline(const Request& req) {
   return Status::Ok();
 }
 
-// The composed state as the protocol's tensor stream: per linear layer its state and conv
-// tail, per attention layer K and V over the prompt.
-Result<protocol::Bytes> StateStream(const model::ModelConfig& c, const model::ModelState& state) {
-  std::vector<protocol::StreamTensor> tensors;
-  auto add = [&](uint32_t layer, TensorKind kind, const std::vector<float>& data, Shape shape) {
-    protocol::StreamTensor t;
-    t.layer = layer;
-    t.kind = kind;
-    t.dtype = DType::kF32;
-    t.shape = std::move(shape);
-    t.data = protocol::ByteSpan(reinterpret_cast<const std::byte*>(data.data()),
-                                data.size() * sizeof(float));
-    tensors.push_back(std::move(t));
-  };
+std::vector<StateTensor> StateTensors(const model::ModelConfig& c, const model::ModelState& state) {
+  std::vector<StateTensor> out;
   for (size_t l = 0; l < state.layers.size(); ++l) {
     const auto& ls = state.layers[l];
     auto layer = static_cast<uint32_t>(l);
     if (c.layer_kinds[l] == model::LayerKind::kLinear) {
-      add(layer, TensorKind::kState, ls.state,
-          Shape({c.linear_value_heads, c.linear_key_dim, c.linear_value_dim}));
-      add(layer, TensorKind::kConvTail, ls.conv, Shape({c.conv_kernel - 1, c.conv_channels()}));
+      out.push_back({layer, TensorKind::kState,
+                     Shape({c.linear_value_heads, c.linear_key_dim, c.linear_value_dim}),
+                     &ls.state});
+      out.push_back(
+          {layer, TensorKind::kConvTail, Shape({c.conv_kernel - 1, c.conv_channels()}), &ls.conv});
     } else {
-      add(layer, TensorKind::kKey, ls.k, Shape({state.n_positions, c.num_kv_heads, c.head_dim}));
-      add(layer, TensorKind::kValue, ls.v, Shape({state.n_positions, c.num_kv_heads, c.head_dim}));
+      Shape kv({state.n_positions, c.num_kv_heads, c.head_dim});
+      out.push_back({layer, TensorKind::kKey, kv, &ls.k});
+      out.push_back({layer, TensorKind::kValue, kv, &ls.v});
     }
   }
-  return protocol::EncodeTensorStream(tensors);
+  return out;
+}
+
+// A tensor's header in the stream (README §5.3), for `n` elements of `dtype`.
+void WriteTensorHeader(protocol::WireWriter& w, const StateTensor& t, DType dtype) {
+  w.U32(t.layer);
+  w.U8(static_cast<uint8_t>(t.kind));
+  w.U8(static_cast<uint8_t>(dtype));
+  w.U8(static_cast<uint8_t>(t.shape.rank()));
+  w.U8(0);
+  for (int i = 0; i < t.shape.rank(); ++i) w.I64(t.shape[i]);
+  w.U64(t.data->size() * DTypeSize(dtype));
+}
+
+uint64_t TensorHeaderBytes(const StateTensor& t) {
+  return 8 + 8 * static_cast<uint64_t>(t.shape.rank()) + 8;
+}
+
+// The stream's bytes: n_tensors, then each header and its data in `dtype` (rounded to nearest
+// even once, from the fp32 state).
+uint64_t StreamBytes(std::span<const StateTensor> tensors, DType dtype) {
+  uint64_t n = 4;
+  for (const auto& t : tensors) n += TensorHeaderBytes(t) + t.data->size() * DTypeSize(dtype);
+  return n;
+}
+
+void AppendConverted(protocol::Bytes& out, const std::vector<float>& data, DType dtype) {
+  size_t at = out.size();
+  out.resize(at + data.size() * DTypeSize(dtype));
+  if (data.empty()) return;
+  if (dtype == DType::kF32) {
+    std::memcpy(out.data() + at, data.data(), data.size() * sizeof(float));
+  } else {
+    ConvertElements(DType::kF32, data.data(), dtype, out.data() + at, data.size());
+  }
 }
 
 }  // namespace
@@ -97,7 +135,7 @@ Handlers::~Handlers() = default;
 
 protocol::HelloReply Handlers::HelloInfo() const {
   protocol::HelloReply r;
-  r.features = protocol::kFeatureXxh3 | protocol::kFeatureStateInline;
+  r.features = protocol::kFeatureXxh3 | protocol::kFeatureChunked | protocol::kFeatureStateInline;
   r.server_version = std::string(kServerVersion);
   r.model_name = config_.model;
   if (model_) r.model_fingerprint = model_->fingerprint();
@@ -105,7 +143,7 @@ protocol::HelloReply Handlers::HelloInfo() const {
   r.seam_w = config_.seam_w;
   r.format_version = settings.format_version;
   r.limits.max_frame_body = config_.max_body_bytes;
-  r.limits.max_message_bytes = config_.max_body_bytes;
+  r.limits.max_message_bytes = config_.max_message_bytes;
   r.limits.max_inflight_requests = config_.max_inflight_requests;
   r.limits.max_inflight_bytes = config_.max_inflight_bytes;
   r.limits.max_keys = protocol::kMaxHasKeys;
@@ -502,6 +540,13 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
   auto start = Clock::now();
   HYPIC_ASSIGN_OR_RETURN(protocol::ComposeRequest in,
                          protocol::Decode<protocol::ComposeRequest>(req.Body()));
+  HYPIC_ASSIGN_OR_RETURN(protocol::ComposeOptions reply_options,
+                         protocol::DecodeComposeOptions(req.ext));
+  const DType state_dtype = reply_options.state_dtype;
+  if (state_dtype != DType::kF32 && state_dtype != DType::kBF16 && state_dtype != DType::kF16) {
+    return BadRequest(fmt::format("COMPOSE state_dtype {}: the state is sent as F32, BF16 or F16",
+                                  DTypeName(state_dtype)));
+  }
   bool prefix_mode = in.mode == protocol::ComposeMode::kPrefix;
   if (prefix_mode && !prefix_cache_) {
     return Unsupported(
@@ -628,16 +673,114 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   });
   for (uint32_t i = 0; i < k; ++i) out.top.push_back({order[i], logits[order[i]]});
+  if (reply_options.logits == protocol::LogitsMode::kFull) out.logits = logits;
   out.n_tokens = 0;
   for (const auto& p : out.parts) out.n_tokens += p.n_tokens;
-  if (in.return_state) {
-    HYPIC_ASSIGN_OR_RETURN(out.state, StateStream(model_->config(), composed->state));
-    out.has_state = true;
-  }
   out.timings.probe_us = probe_us;
   out.timings.prefill_us = prefill_us;
   out.timings.total_us = Micros(Clock::now() - start);
-  return protocol::Encode(out);
+  if (!in.return_state) return protocol::Encode(out);
+
+  out.has_state = true;
+  auto result = std::make_shared<model::ComposeResult>(std::move(composed).value());
+  const std::vector<StateTensor> tensors = StateTensors(model_->config(), result->state);
+  protocol::Bytes head = protocol::Encode(out);  // has_state and no stream yet: the head
+  const uint64_t total = head.size() + StreamBytes(tensors, state_dtype);
+  if (!req.chunks) {
+    // One frame: it must fit the frame limit, never a truncated or oversized frame.
+    if (total > config_.max_body_bytes) {
+      return TooLarge(fmt::format(
+          "the COMPOSE reply with its {} state is {} bytes, over max_frame_body {}: announce "
+          "CHUNKED in HELLO to receive it streamed (up to max_message_bytes {}), or ask for "
+          "state_dtype bf16",
+          DTypeName(state_dtype), total, config_.max_body_bytes, config_.max_message_bytes));
+    }
+    protocol::Bytes body = std::move(head);
+    body.reserve(total);
+    protocol::WireWriter w(&body);
+    w.U32(static_cast<uint32_t>(tensors.size()));
+    for (const auto& t : tensors) {
+      WriteTensorHeader(w, t, state_dtype);
+      AppendConverted(body, *t.data, state_dtype);
+    }
+    return body;
+  }
+  if (total > config_.max_message_bytes) {
+    return TooLarge(
+        fmt::format("the COMPOSE reply with its {} state is {} bytes, over max_message_bytes {}",
+                    DTypeName(state_dtype), total, config_.max_message_bytes));
+  }
+  return StreamState(req, std::move(head), result, tensors, state_dtype);
+}
+
+Result<protocol::Bytes> Handlers::StreamState(const Request& req, protocol::Bytes head,
+                                              std::shared_ptr<const model::ComposeResult> result,
+                                              std::span<const StateTensor> tensors, DType dtype) {
+  // Chunks of at most kStreamChunk (or the frame limit): a frontend can start on a layer while
+  // the next is in flight, and a chunk's write is short against the write deadline.
+  const uint64_t piece = std::min<uint64_t>(config_.max_body_bytes, kStreamChunk);
+  const auto flush_timeout = std::chrono::milliseconds(config_.idle_timeout_ms) + 5s;
+  auto queue_owned = [&](protocol::Bytes bytes) {
+    Reply r = Reply::Ok(req, std::move(bytes));
+    return req.chunks->Queue(std::move(r));
+  };
+  auto queue_view = [&](std::shared_ptr<const void> owner, const std::byte* data,
+                        uint64_t n) -> Status {
+    for (uint64_t at = 0; at < n; at += piece) {
+      Reply r = Reply::Ok(req);
+      r.view_owner = owner;
+      r.view = protocol::ByteSpan(data + at, std::min(piece, n - at));
+      HYPIC_RETURN_IF_ERROR(req.chunks->Queue(std::move(r)));
+    }
+    return Status::Ok();
+  };
+  {
+    protocol::WireWriter w(&head);
+    w.U32(static_cast<uint32_t>(tensors.size()));
+  }
+  HYPIC_RETURN_IF_ERROR(queue_owned(std::move(head)));
+  // Layer by layer: its tensors (converted once, when the dtype is not f32) are queued, then
+  // written before the next layer is converted, so at most one layer's converted tensors are
+  // held beside the composed state. F32 tensors are sent from the composed state itself.
+  for (size_t i = 0; i < tensors.size();) {
+    const uint32_t layer = tensors[i].layer;
+    std::shared_ptr<protocol::Bytes> converted;
+    if (dtype != DType::kF32) {
+      converted = std::make_shared<protocol::Bytes>();
+      uint64_t n = 0;
+      for (size_t j = i; j < tensors.size() && tensors[j].layer == layer; ++j) {
+        n += tensors[j].data->size() * DTypeSize(dtype);
+      }
+      converted->reserve(n);
+    }
+    size_t end = i;
+    while (end < tensors.size() && tensors[end].layer == layer) ++end;
+    // Convert the whole layer first (the views into `converted` must not move).
+    std::vector<size_t> offsets;
+    for (size_t j = i; j < end && converted; ++j) {
+      offsets.push_back(converted->size());
+      AppendConverted(*converted, *tensors[j].data, dtype);
+    }
+    for (size_t j = i; j < end; ++j) {
+      const StateTensor& t = tensors[j];
+      protocol::Bytes header;
+      protocol::WireWriter w(&header);
+      WriteTensorHeader(w, t, dtype);
+      HYPIC_RETURN_IF_ERROR(queue_owned(std::move(header)));
+      const uint64_t n = t.data->size() * DTypeSize(dtype);
+      if (converted) {
+        HYPIC_RETURN_IF_ERROR(queue_view(converted, converted->data() + offsets[j - i], n));
+      } else {
+        // Aliasing: the chunk keeps the whole composed result alive, and views this tensor.
+        std::shared_ptr<const void> owner(result, t.data->data());
+        HYPIC_RETURN_IF_ERROR(
+            queue_view(owner, reinterpret_cast<const std::byte*>(t.data->data()), n));
+      }
+    }
+    HYPIC_RETURN_IF_ERROR(req.chunks->Flush(flush_timeout));
+    i = end;
+  }
+  return protocol::Bytes();  // the final chunk: the stream is complete
 }
 
 Result<model::ComposeResult> Handlers::ComposePrefix(const std::string& name_space,

@@ -38,6 +38,9 @@
 
 namespace hypic::server {
 
+// One tensor of a composed state on its way out (handlers.cpp).
+struct StateTensor;
+
 // What the handlers need from the process around them.
 struct ServerControl {
   std::function<void(const std::string& reason)> request_shutdown;
@@ -72,6 +75,8 @@ class Handlers {
  private:
   using EntryPtr = std::shared_ptr<const SegmentEntry>;
   using Clock = std::chrono::steady_clock;
+  // The largest chunk of a streamed state.
+  static constexpr uint64_t kStreamChunk = 4ull << 20;
 
   Reply Ping(const Request& req) const;
   Reply Has(const Request& req);
@@ -89,6 +94,12 @@ class Handlers {
   void Compute(Request req, Done done);
   Result<protocol::Bytes> Prefill(const Request& req);
   Result<protocol::Bytes> Compose(const Request& req);
+  // Streams the COMPOSE reply `head` and the state `tensors` (views into `result`) in `dtype`
+  // through req.chunks, layer by layer; returns the final chunk's body. Errors: those of the
+  // ChunkWriter (kCancelled: the connection closed; kDeadlineExceeded: not read in time).
+  Result<protocol::Bytes> StreamState(const Request& req, protocol::Bytes head,
+                                      std::shared_ptr<const model::ComposeResult> result,
+                                      std::span<const StateTensor> tensors, DType dtype);
   // COMPOSE mode prefix once the parts are resolved to tokens: runs the prefix cache and
   // marks the reused leading parts as host hits, the rest as misses (segments) or live (raw).
   Result<model::ComposeResult> ComposePrefix(const std::string& name_space,

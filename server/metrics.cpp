@@ -131,8 +131,16 @@ Metrics::Metrics()
 
 Metrics::~Metrics() = default;
 
-Result<uint16_t> Metrics::Serve(const Endpoint& endpoint) {
-  http_ = std::make_unique<MetricsHttpEndpoint>([this] { return Render(); });
+Result<uint16_t> Metrics::Serve(const Endpoint& endpoint,
+                                std::function<MetricsHttpHealth()> health) {
+  MetricsHttpEndpoint::HealthFn probe;
+  if (health) {
+    probe = [health = std::move(health)] {
+      MetricsHttpHealth h = health();
+      return MetricsHttpEndpoint::Health{h.live, h.ready, std::move(h.detail)};
+    };
+  }
+  http_ = std::make_unique<MetricsHttpEndpoint>([this] { return Render(); }, std::move(probe));
   auto port = http_->Start(endpoint.host, endpoint.port);
   if (!port.ok()) http_.reset();
   return port;

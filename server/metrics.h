@@ -42,6 +42,13 @@ namespace hypic::server {
 struct Endpoint;
 class MetricsHttpEndpoint;
 
+// What the probes report (MetricsHttpEndpoint::Health).
+struct MetricsHttpHealth {
+  bool live = true;
+  bool ready = true;
+  std::string detail;
+};
+
 // One tier's counters as the store reports them (cumulative since start).
 struct TierSample {
   std::string tier;  // "hbm", "ram", "ssd"
@@ -62,8 +69,9 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // Starts the HTTP endpoint. Returns the bound port (useful with port 0) or kIoError.
-  Result<uint16_t> Serve(const Endpoint& endpoint);
+  // Starts the HTTP endpoint (/metrics, and the probes /healthz and /readyz answered from
+  // `health`). Returns the bound port (useful with port 0) or kIoError.
+  Result<uint16_t> Serve(const Endpoint& endpoint, std::function<MetricsHttpHealth()> health = {});
 
   // The store's counters, read at every scrape. Call before Serve; not thread-safe with scrapes.
   void SetTierSampler(TierSampler sampler);

@@ -128,17 +128,29 @@ void MetricsHttpEndpoint::ServeOne(int fd) {
   std::string_view target = line.substr(line.find(' ') + 1);
   target = target.substr(0, target.find(' '));
   target = target.substr(0, target.find('?'));
+  const bool head_only = line.rfind("HEAD ", 0) == 0;
+  auto send = [&](int code, std::string_view reason, std::string_view type,
+                  const std::string& body) {
+    std::string r = Response(code, reason, type, body);
+    if (head_only) r.resize(r.size() - body.size());
+    SendAll(fd, r);
+  };
+  if (target == "/healthz" || target == "/readyz") {
+    Health h = health_ ? health_() : Health{};
+    bool ok = target == "/healthz" ? h.live : h.ready;
+    std::string body = (ok ? "ok" : "not ok") + (h.detail.empty() ? "" : ": " + h.detail) + "\n";
+    if (ok) {
+      send(200, "OK", "text/plain", body);
+    } else {
+      send(503, "Service Unavailable", "text/plain", body);
+    }
+    return;
+  }
   if (target != "/metrics") {
-    SendAll(fd, Response(404, "Not Found", "text/plain", "try /metrics\n"));
+    SendAll(fd, Response(404, "Not Found", "text/plain", "try /metrics, /healthz or /readyz\n"));
     return;
   }
-  std::string body = render_();
-  if (line.rfind("HEAD ", 0) == 0) {
-    std::string head = Response(200, "OK", "text/plain; version=0.0.4", body);
-    SendAll(fd, std::string_view(head).substr(0, head.size() - body.size()));
-    return;
-  }
-  SendAll(fd, Response(200, "OK", "text/plain; version=0.0.4", body));
+  send(200, "OK", "text/plain; version=0.0.4", render_());
 }
 
 }  // namespace hypic::server

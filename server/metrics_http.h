@@ -1,6 +1,8 @@
 // MetricsHttpEndpoint: the minimal HTTP/1.x server behind `--metrics`. It answers
-// `GET /metrics` with the Prometheus text exposition produced by a render callback, 404 for any
-// other path, 405 for other methods, and closes every connection after one response.
+// `GET /metrics` with the Prometheus text exposition produced by a render callback, the probes
+// `GET /healthz` (liveness: 200 while the process serves) and `GET /readyz` (readiness: 200 once
+// the model is loaded and the store is open, 503 before and while draining), 404 for any other
+// path, 405 for other methods, and closes every connection after one response.
 //
 // Why our own and not prometheus::Exposer: the Exposer's embedded civetweb crashed (SIGSEGV in
 // its request path formatting) on the first scrape in builds that link the CUDA runtime, which
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "core/status.h"
@@ -25,8 +28,18 @@ namespace hypic::server {
 class MetricsHttpEndpoint {
  public:
   using Render = std::function<std::string()>;
+  // The probes' view of the daemon; must be thread-safe. Empty: always live and ready.
+  struct Health {
+    bool live = true;
+    bool ready = true;
+    std::string detail;  // the probe's body, e.g. "draining"
+  };
+  using HealthFn = std::function<Health()>;
+  // The paths served (the deploy manifests' probes must name one of these).
+  static constexpr std::string_view kPaths[] = {"/metrics", "/healthz", "/readyz"};
 
-  explicit MetricsHttpEndpoint(Render render) : render_(std::move(render)) {}
+  explicit MetricsHttpEndpoint(Render render, HealthFn health = {})
+      : render_(std::move(render)), health_(std::move(health)) {}
   ~MetricsHttpEndpoint();
   MetricsHttpEndpoint(const MetricsHttpEndpoint&) = delete;
   MetricsHttpEndpoint& operator=(const MetricsHttpEndpoint&) = delete;
@@ -41,6 +54,7 @@ class MetricsHttpEndpoint {
   void ServeOne(int fd);
 
   Render render_;
+  HealthFn health_;
   int listen_fd_ = -1;
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -4,6 +4,11 @@
 // hand the body to storage without copying (entries are parsed in place). A Reply either owns
 // its body or views memory kept alive by `view_owner` (GET streams a tier's buffer as-is).
 // Value types; thread-compatible.
+//
+// A streamed reply (protocol §4 chunks, to a client that announced CHUNKED) goes out through
+// the request's ChunkWriter: the handler queues each chunk and waits until the chunks it queued
+// were written, so it can free (or reuse) their memory; the final chunk (no MORE flag) is the
+// handler's ordinary Reply through its Done.
 #pragma once
 
 #include <chrono>
@@ -21,6 +26,22 @@ namespace hypic::server {
 
 using Clock = std::chrono::steady_clock;
 
+struct Reply;
+
+// The session's side of one streamed reply. Thread-safe: called from a compute worker.
+class ChunkWriter {
+ public:
+  virtual ~ChunkWriter() = default;
+  // Queues `chunk` (its `more` flag is set here) behind the replies already queued; it does not
+  // wait. kCancelled when the connection is closed or closing.
+  virtual Status Queue(Reply chunk) = 0;
+  // Blocks until every chunk queued so far is written to the socket. kCancelled when the
+  // connection closed first (a client that stopped reading is closed by the session's
+  // deadlines, which drops the queued chunks and wakes this), kDeadlineExceeded after
+  // `timeout` without that.
+  virtual Status Flush(std::chrono::milliseconds timeout) = 0;
+};
+
 struct Request {
   protocol::FrameHeader header;
   protocol::Bytes ext;
@@ -28,6 +49,8 @@ struct Request {
   Clock::time_point received;
   Clock::time_point deadline;  // min(request_timeout, header.deadline_ms) after `received`
   bool admin = false;          // the connection holds the admin grant
+  // Set when the client announced CHUNKED: how a handler streams its reply. Null otherwise.
+  std::shared_ptr<ChunkWriter> chunks;
 
   protocol::ByteSpan Body() const { return body ? body->span() : protocol::ByteSpan(); }
   uint64_t WireSize() const { return protocol::kHeaderSize + ext.size() + header.body_len; }
@@ -46,6 +69,7 @@ struct Reply {
   // The body checksum (over ext then body, of `checksum_kind`) when the handler already knows
   // it, so the session does not hash the body again.
   std::optional<uint64_t> body_checksum;
+  bool more = false;  // a chunk of a streamed reply with more to follow (frame flag MORE)
 
   protocol::ByteSpan Body() const { return view_owner ? view : protocol::ByteSpan(body); }
   uint64_t WireSize() const { return protocol::kHeaderSize + ext.size() + Body().size(); }

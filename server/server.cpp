@@ -252,7 +252,16 @@ Status Server::Start() {
 
   uint16_t metrics_port = 0;
   if (config_.metrics) {
-    auto port = metrics_->Serve(*config_.metrics);
+    // Live while the process serves; ready once Open loaded the model and opened the store
+    // (which happened before this point) and the listeners are up, and not while draining.
+    auto port = metrics_->Serve(*config_.metrics, [this] {
+      MetricsHttpHealth h;
+      const bool draining = draining_.load();
+      h.ready = serving_.load() && !draining && store_ != nullptr &&
+                (model_ != nullptr || config_.model == "none");
+      h.detail = draining ? "draining" : h.ready ? "" : "starting";
+      return h;
+    });
     if (!port.ok()) return port.status().WithContext("config key 'metrics'");
     metrics_port = *port;
   }
@@ -265,6 +274,7 @@ Status Server::Start() {
 
   AcceptTcp();
   if (unix_acceptor_.is_open()) AcceptUnix();
+  serving_ = true;
   HYPIC_LOG_INFO("hypicd serving on {}:{}{}{} (model {}, data dir {})", config_.listen.host,
                  tcp_port_, unix_path_.empty() ? "" : " and unix:" + unix_path_,
                  config_.metrics ? fmt::format(", metrics on :{}", metrics_port) : "",

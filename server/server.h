@@ -112,6 +112,7 @@ class Server {
   std::string unix_path_;
 
   std::atomic<bool> draining_{false};
+  std::atomic<bool> serving_{false};  // the listeners accept (readiness, /readyz)
   std::chrono::steady_clock::time_point drain_started_;
   std::atomic<uint64_t> next_session_id_{1};
   mutable Mutex mu_;

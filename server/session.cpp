@@ -4,9 +4,12 @@
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
 #include "core/logging.h"
+#include "core/thread_annotations.h"
 #include "server/server.h"
 
 namespace hypic::server {
@@ -27,6 +30,77 @@ protocol::Bytes TextBytes(std::string_view s) {
 
 }  // namespace
 
+// What a StreamWriter and the chunks it queued share: how many were queued and written, and
+// whether the connection went away.
+struct StreamState {
+  Mutex mu;
+  std::condition_variable_any cv;
+  uint64_t queued GUARDED_BY(mu) = 0;
+  uint64_t written GUARDED_BY(mu) = 0;
+  bool closed GUARDED_BY(mu) = false;
+};
+
+// One queued chunk's notice to its writer: written, or (destroyed unwritten: the session closed,
+// or the strand's handler never ran) the connection is gone.
+struct ChunkGuard {
+  explicit ChunkGuard(std::shared_ptr<StreamState> s) : state(std::move(s)) {}
+  ChunkGuard(const ChunkGuard&) = delete;
+  ChunkGuard& operator=(const ChunkGuard&) = delete;
+  ~ChunkGuard() {
+    {
+      MutexLock lock(&state->mu);
+      if (written) {
+        ++state->written;
+      } else {
+        state->closed = true;
+      }
+    }
+    state->cv.notify_all();
+  }
+  std::shared_ptr<StreamState> state;
+  bool written = false;
+};
+
+class Session::StreamWriter : public ChunkWriter {
+ public:
+  explicit StreamWriter(std::shared_ptr<Session> session)
+      : session_(std::move(session)), state_(std::make_shared<StreamState>()) {}
+
+  Status Queue(Reply chunk) override {
+    {
+      MutexLock lock(&state_->mu);
+      if (state_->closed) return Cancelled("the connection closed during the streamed reply");
+      ++state_->queued;
+    }
+    chunk.more = true;
+    auto guard = std::make_shared<ChunkGuard>(state_);
+    asio::post(session_->strand_,
+               [self = session_, chunk = std::move(chunk), guard = std::move(guard)]() mutable {
+                 if (self->closing_) return;  // dropped: the guard reports it
+                 self->QueueReply(std::move(chunk), 0, /*counts_request=*/false, std::move(guard));
+               });
+    return Status::Ok();
+  }
+
+  Status Flush(std::chrono::milliseconds timeout) override {
+    const auto until = Clock::now() + timeout;
+    MutexLock lock(&state_->mu);
+    // condition_variable_any unlocks and relocks mu itself, so the lock stays held here.
+    while (!state_->closed && state_->written != state_->queued) {
+      if (state_->cv.wait_until(state_->mu, until) == std::cv_status::timeout) break;
+    }
+    if (state_->closed) return Cancelled("the connection closed during the streamed reply");
+    if (state_->written != state_->queued) {
+      return DeadlineExceeded("the client did not read the streamed reply in time");
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::shared_ptr<Session> session_;
+  std::shared_ptr<StreamState> state_;
+};
+
 Session::Session(Server& server, Strand strand, Socket socket, uint64_t id, bool local,
                  std::string peer)
     : server_(server),
@@ -40,6 +114,7 @@ Session::Session(Server& server, Strand strand, Socket socket, uint64_t id, bool
              server.handlers().ReadyLimits()) {
   accepted_ = Clock::now();
   last_progress_ = accepted_;
+  last_write_progress_ = accepted_;
   server_.metrics().ConnectionOpened();
 }
 
@@ -286,15 +361,18 @@ void Session::Dispatch(Request req) {
     return;
   }
   if (req.header.has_more()) {
-    // HELLO announces max_message_bytes == max_frame_body, so a client never needs chunks.
+    // Only replies stream (HELLO's max_message_bytes bounds them); every request fits a frame.
     OnReply(Reply::Error(req, BadRequest("chunked requests are not accepted; send the message "
-                                         "in one frame (max_message_bytes == max_frame_body)")),
+                                         "in one frame (at most max_frame_body)")),
             bytes, received);
     return;
   }
   if (req.header.opcode == protocol::Opcode::kHello) {
     HandleHello(std::move(req));
     return;
+  }
+  if ((proto_.client_features() & protocol::kFeatureChunked) != 0) {
+    req.chunks = std::make_shared<StreamWriter>(shared_from_this());
   }
   server_.handlers().Handle(std::move(req),
                             [self = shared_from_this(), bytes, received](Reply reply) {
@@ -333,11 +411,13 @@ void Session::OnReply(Reply reply, uint64_t request_bytes, Clock::time_point rec
   MaybeFinishDrain();
 }
 
-void Session::QueueReply(Reply reply, uint64_t request_bytes, bool counts_request) {
+void Session::QueueReply(Reply reply, uint64_t request_bytes, bool counts_request,
+                         std::shared_ptr<ChunkGuard> chunk) {
   Outgoing o;
+  o.chunk = std::move(chunk);
   protocol::FrameHeader h;
   h.opcode = reply.opcode;
-  h.flags = protocol::kFlagReply;
+  h.flags = protocol::kFlagReply | (reply.more ? protocol::kFlagMore : 0);
   h.checksum_kind = reply.checksum_kind;
   h.request_id = reply.request_id;
   h.key = reply.key;
@@ -385,6 +465,8 @@ void Session::DoWrite() {
     if (!body.empty()) buffers.emplace_back(body.data(), body.size());
   }
   writing_ = true;
+  last_write_progress_ = Clock::now();
+  ArmTimer();
   size_t total = asio::buffer_size(buffers);
   // Asio's transfer_all() caps each writev at 64 KiB; a MiB-sized entry would then cost 16+
   // syscalls. Ask for everything that is left in each step instead.
@@ -407,8 +489,10 @@ void Session::OnWrite(const boost::system::error_code& ec, size_t n, size_t coun
   }
   server_.metrics().AddNetworkBytes(0, n);
   last_progress_ = Clock::now();
+  last_write_progress_ = last_progress_;
   for (size_t i = 0; i < count; ++i) {
     inflight_bytes_ -= out_.front().accounted;
+    if (out_.front().chunk) out_.front().chunk->written = true;
     out_.pop_front();
   }
   if (out_.empty() && closing_) {
@@ -497,6 +581,10 @@ Clock::time_point Session::NextDeadline() const {
   } else if (pending_handlers_ == 0) {
     d = std::min(d, last_progress_ + milliseconds(c.idle_timeout_ms));
   }
+  if (writing_) {
+    // A reply the client does not read (a stalled stream) holds its buffers: bounded too.
+    d = std::min(d, last_write_progress_ + milliseconds(c.idle_timeout_ms));
+  }
   return d;
 }
 
@@ -524,7 +612,11 @@ void Session::OnTimer(const boost::system::error_code& ec) {
     ArmTimer();
     return;
   }
+  const bool write_stalled =
+      writing_ &&
+      now >= last_write_progress_ + std::chrono::milliseconds(server_.config().idle_timeout_ms);
   std::string which = proto_.phase() != protocol::ServerSession::Phase::kReady ? "HELLO"
+                      : write_stalled                                          ? "write"
                       : header_done_                                           ? "body"
                       : frame_started_                                         ? "header"
                                                                                : "idle";

@@ -16,6 +16,12 @@
 // header complete), body (header + body_len / min_body_rate), idle (nothing pending and no
 // progress either way). A deadline closes the connection with a GOAWAY frame.
 //
+// Streaming: to a client that announced CHUNKED, each request carries a ChunkWriter through
+// which a handler queues the chunks of a streamed reply (frames with MORE) onto this strand and
+// waits until they are written. A client that stops reading stalls the write: the write
+// deadline (idle_timeout_ms without write progress) closes the connection, which drops the
+// queued chunks and wakes the handler with kCancelled, so it frees its buffers.
+//
 // Closing: a bad frame whose header can be trusted gets an error reply carrying its
 // request_id; otherwise a GOAWAY frame with the status. Either way the socket is closed after
 // the pending replies are written (at most kCloseGrace later). Drain (SIGTERM) lets pending
@@ -40,6 +46,7 @@
 namespace hypic::server {
 
 class Server;
+struct ChunkGuard;  // session.cpp
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -54,6 +61,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // `local`: a unix-socket or loopback peer (matters for the admin grant without a token).
   Session(Server& server, Strand strand, Socket socket, uint64_t id, bool local, std::string peer);
   ~Session();
+
+  class StreamWriter;  // the ChunkWriter of this session's requests (session.cpp)
 
   void Start();
   // Thread-safe: queues a handler's reply for this connection.
@@ -73,6 +82,9 @@ class Session : public std::enable_shared_from_this<Session> {
     Reply reply;
     uint64_t accounted = 0;  // bytes released from inflight_bytes_ once written
     bool counts_request = false;
+    // A streamed chunk: told when it is written; dropping it unwritten tells its writer that
+    // the connection is gone.
+    std::shared_ptr<ChunkGuard> chunk;
   };
   // A frame larger than kSmallFrameMax whose body is being read into its own buffer, at most
   // kHashChunk per read, and checksummed piece by piece as it arrives (while in cache).
@@ -92,7 +104,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void FinishLargeFrame();
   void Dispatch(Request req);
   void HandleHello(Request req);
-  void QueueReply(Reply reply, uint64_t request_bytes, bool counts_request);
+  void QueueReply(Reply reply, uint64_t request_bytes, bool counts_request,
+                  std::shared_ptr<ChunkGuard> chunk = nullptr);
   void OnReply(Reply reply, uint64_t request_bytes, Clock::time_point received);
   void DoWrite();
   void OnWrite(const boost::system::error_code& ec, size_t n, size_t count);
@@ -131,6 +144,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   Clock::time_point accepted_;
   Clock::time_point last_progress_;
+  Clock::time_point last_write_progress_;  // a write started or completed
   std::optional<Clock::time_point> frame_started_;
   std::optional<Clock::time_point> header_done_;
   uint64_t frame_body_len_ = 0;

@@ -13,6 +13,10 @@ many requests in flight on one connection, matched by request_id.
         # pipelined:
         pending = [c.submit_get(k) for k in keys]
         entries = [p.result() for p in pending]
+        # the composed state (docs/state-format.md), as numpy arrays when numpy is importable:
+        reply = c.compose(parts, mode=ComposeMode.FULL, return_state=True, state_dtype=DType.BF16)
+        for t in reply.state_arrays():
+            print(t.layer, t.kind.name, t.shape, t.array.dtype if hasattr(t.array, "dtype") else "")
 
 Keys are 16-byte `bytes` (lo u64 LE then hi u64 LE, as on the wire) or 32-hex-digit strings
 in the canonical print order (high half first), as hypicctl prints them.
@@ -37,7 +41,8 @@ __all__ = [
     "PrefillReply", "Timings", "PartResult", "ComposeReply", "ListEntry", "ListReply",
     "VerifyReply", "StreamTensor", "encode_frame", "FrameDecoder", "key_bytes", "key_hex",
     "decode_tensor_stream", "encode_tensor_stream", "TensorKind", "DType", "Pending",
-    "DEFAULT_SEAM", "FLAG_REPLY", "FLAG_MORE", "ZERO_KEY",
+    "DEFAULT_SEAM", "FLAG_REPLY", "FLAG_MORE", "ZERO_KEY", "StateArray", "LogitsMode",
+    "STATE_CONTRACT_VERSION",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -58,6 +63,9 @@ DEFAULT_SEAM = 0xFFFFFFFF
 FEATURE_XXH3 = 1 << 0
 FEATURE_CHUNKED = 1 << 1
 FEATURE_STATE_INLINE = 1 << 2
+# The state contract this client understands (docs/state-format.md); HELLO announces the
+# server's, and a COMPOSE asking for the state is refused locally when they differ.
+STATE_CONTRACT_VERSION = 1
 
 # magic, version, opcode, flags, checksum_kind, request_id, key, body_len, body_checksum,
 # ext_len, status, deadline_ms, reserved; the header CRC follows as a separate u32.
@@ -157,6 +165,11 @@ class DType(enum.IntEnum):
     I32 = 3
     I64 = 4
     U8 = 5
+
+
+class LogitsMode(enum.IntEnum):
+    TOP_K = 0  # the top_k (token, logit) pairs only
+    FULL = 1   # also the whole last-token row, f32
 
 
 _DTYPE_SIZE = {DType.F32: 4, DType.F16: 2, DType.BF16: 2, DType.I32: 4, DType.I64: 8, DType.U8: 1}
@@ -465,6 +478,7 @@ class HelloReply:
     max_keys: int
     max_parts: int
     admin: bool
+    state_contract: int = STATE_CONTRACT_VERSION
 
 
 @dataclasses.dataclass
@@ -531,15 +545,61 @@ class StreamTensor:
 
 
 @dataclasses.dataclass
+class StateArray:
+    """One tensor of the composed state (docs/state-format.md): `array` is a numpy array of
+    `shape` when numpy is importable (float32, float16; bf16 as its uint16 bit patterns, see
+    bf16_to_f32), else a memoryview cast to `shape`: format 'f' for f32, 'H' (the uint16 bit
+    patterns) for f16 and bf16, since memoryview has no half-float format (struct's 'e' decodes
+    f16 values one by one). Little-endian hosts (the wire is little-endian)."""
+    layer: int
+    kind: TensorKind
+    dtype: DType
+    shape: Tuple[int, ...]
+    array: object
+
+
+def bf16_to_f32(array):
+    """Widens bf16 bit patterns (a numpy uint16 array) to float32 exactly."""
+    import numpy as np  # only called with numpy arrays
+    return (np.asarray(array, dtype=np.uint32) << 16).view(np.float32)
+
+
+_MEMORYVIEW_FORMAT = {DType.F32: "f", DType.F16: "H", DType.BF16: "H"}
+
+
+@dataclasses.dataclass
 class ComposeReply:
     parts: List[PartResult]
     timings: Timings
     n_tokens: int
     top: List[Tuple[int, float]]
     state: Optional[bytes]  # a tensor stream (decode_tensor_stream) when requested
+    logits: Optional[memoryview] = None  # the full last-token row (f32) with LogitsMode.FULL
 
     def state_tensors(self) -> List[StreamTensor]:
         return decode_tensor_stream(self.state) if self.state is not None else []
+
+    def state_arrays(self) -> List[StateArray]:
+        """The state's tensors as arrays with their contract shapes (no copy of the data)."""
+        try:
+            import numpy as np
+        except ImportError:
+            np = None
+        out = []
+        for t in self.state_tensors():
+            if t.dtype not in _MEMORYVIEW_FORMAT:
+                raise ProtocolError(f"state tensor of dtype {t.dtype.name} is not in the contract")
+            if np is not None:
+                np_dtype = {DType.F32: np.float32, DType.F16: np.float16,
+                            DType.BF16: np.uint16}[t.dtype]
+                arr = np.frombuffer(t.data, dtype=np.dtype(np_dtype).newbyteorder("<"))
+                arr = arr.reshape(t.shape)
+            else:
+                mv = memoryview(t.data)
+                arr = mv.cast("B").cast(_MEMORYVIEW_FORMAT[t.dtype], list(t.shape)) \
+                    if all(d > 0 for d in t.shape) else mv
+            out.append(StateArray(t.layer, t.kind, t.dtype, t.shape, arr))
+        return out
 
 
 @dataclasses.dataclass
@@ -635,7 +695,7 @@ def _json(frame: Frame) -> dict:
 def _decode_hello(frame: Frame) -> HelloReply:
     r = _Reader(frame.body, "HELLO reply")
     m = HelloReply(r.u16(), r.u64(), r.string(), r.key(), r.string(), r.u32(), r.u32(), r.u64(),
-                   r.u64(), r.u32(), r.u64(), r.u32(), r.u32(), r.boolean())
+                   r.u64(), r.u32(), r.u64(), r.u32(), r.u32(), r.boolean(), r.u32())
     r.finish()
     return m
 
@@ -670,9 +730,11 @@ def _decode_compose(frame: Frame) -> ComposeReply:
     timings = _timings(r)
     n_tokens = r.u32()
     top = [(r.u32(), r.f32()) for _ in range(r.count(8))]
+    n_logits = r.count(4)
+    logits = memoryview(bytes(r._take(4 * n_logits))).cast("f") if n_logits else None
     state = r.rest() if r.boolean() else None
     r.finish()
-    return ComposeReply(parts, timings, n_tokens, top, state)
+    return ComposeReply(parts, timings, n_tokens, top, state, logits)
 
 
 def _decode_evict(frame: Frame) -> Tuple[int, int]:
@@ -753,6 +815,12 @@ def _compose_body(parts: Sequence[ComposePart], namespace: str, mode: ComposeMod
         else:
             w.tokens(p.tokens)
     return w.bytes()
+
+
+def _compose_ext(state_dtype: DType, logits: LogitsMode) -> bytes:
+    if DType(state_dtype) == DType.F32 and LogitsMode(logits) == LogitsMode.TOP_K:
+        return b""
+    return bytes([int(state_dtype), int(logits)])
 
 
 def _evict_body(by: EvictBy, key: KeyLike, namespace: str, tier: Tier, nbytes: int) -> bytes:
@@ -967,15 +1035,28 @@ class Client:
     def submit_compose(self, parts: Sequence[ComposePart], namespace: str = "",
                        mode: ComposeMode = ComposeMode.HYPIC, seam_w: int = DEFAULT_SEAM,
                        top_k: int = 0, return_state: bool = False,
-                       deadline_ms: int = 0) -> Pending:
+                       deadline_ms: int = 0, state_dtype: DType = DType.F32,
+                       logits: LogitsMode = LogitsMode.TOP_K) -> Pending:
+        """state_dtype (F32, BF16, F16) is the encoding of the returned state; logits=FULL adds
+        the whole last-token row. Asking for the state from a server whose state contract this
+        client does not know raises HypicError(VERSION_MISMATCH) before anything is sent."""
+        if return_state and self.hello_reply is not None and \
+                self.hello_reply.state_contract != STATE_CONTRACT_VERSION:
+            raise HypicError(Status.VERSION_MISMATCH,
+                             f"the server's state contract is version "
+                             f"{self.hello_reply.state_contract}; this client knows "
+                             f"{STATE_CONTRACT_VERSION}")
         body = _compose_body(parts, namespace, mode, seam_w, top_k, return_state)
-        return self.submit(Opcode.COMPOSE, _decode_compose, body, deadline_ms=deadline_ms)
+        return self.submit(Opcode.COMPOSE, _decode_compose, body,
+                           _compose_ext(state_dtype, logits), deadline_ms=deadline_ms)
 
     def compose(self, parts: Sequence[ComposePart], namespace: str = "",
                 mode: ComposeMode = ComposeMode.HYPIC, seam_w: int = DEFAULT_SEAM,
-                top_k: int = 0, return_state: bool = False, deadline_ms: int = 0) -> ComposeReply:
+                top_k: int = 0, return_state: bool = False, deadline_ms: int = 0,
+                state_dtype: DType = DType.F32,
+                logits: LogitsMode = LogitsMode.TOP_K) -> ComposeReply:
         return self.submit_compose(parts, namespace, mode, seam_w, top_k, return_state,
-                                   deadline_ms).result()
+                                   deadline_ms, state_dtype, logits).result()
 
     # -- admin --
 

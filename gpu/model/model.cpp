@@ -104,6 +104,64 @@ ModelState Model::EmptyState() const {
   return s;
 }
 
+Result<ModelState> Model::StateFromTensors(int64_t n_positions,
+                                           std::span<const StateTensorView> tensors) const {
+  const ModelConfig& c = config_;
+  if (n_positions < 0) return BadRequest("state: negative number of positions");
+  ModelState s;
+  s.n_positions = n_positions;
+  s.layers.resize(static_cast<size_t>(c.num_layers));
+  // Which (layer, kind) pairs were seen: every layer needs exactly its two tensors.
+  std::vector<uint8_t> seen(static_cast<size_t>(c.num_layers), 0);
+  for (const StateTensorView& t : tensors) {
+    const std::string name =
+        fmt::format("state tensor layer {} {}", t.layer, TensorKindName(t.kind));
+    if (t.layer >= static_cast<uint64_t>(c.num_layers)) {
+      return BadRequest(fmt::format("{}: the model has {} layers", name, c.num_layers));
+    }
+    const bool linear = c.layer_kinds[t.layer] == LayerKind::kLinear;
+    LayerState& ls = s.layers[t.layer];
+    std::vector<float>* dst = nullptr;
+    Shape want;
+    uint8_t bit = 0;
+    if (linear && t.kind == TensorKind::kState) {
+      dst = &ls.state, bit = 1;
+      want = Shape({c.linear_value_heads, c.linear_key_dim, c.linear_value_dim});
+    } else if (linear && t.kind == TensorKind::kConvTail) {
+      dst = &ls.conv, bit = 2;
+      want = Shape({c.conv_kernel - 1, c.conv_channels()});
+    } else if (!linear && t.kind == TensorKind::kKey) {
+      dst = &ls.k, bit = 1;
+      want = Shape({n_positions, c.num_kv_heads, c.head_dim});
+    } else if (!linear && t.kind == TensorKind::kValue) {
+      dst = &ls.v, bit = 2;
+      want = Shape({n_positions, c.num_kv_heads, c.head_dim});
+    } else {
+      return BadRequest(fmt::format("{}: not a tensor of a {} layer", name,
+                                    linear ? "linear-attention" : "full-attention"));
+    }
+    if ((seen[t.layer] & bit) != 0) return BadRequest(name + ": given twice");
+    seen[t.layer] |= bit;
+    if (!(t.shape == want)) {
+      return BadRequest(fmt::format("{}: shape {}, the contract says {}", name, t.shape.ToString(),
+                                    want.ToString()));
+    }
+    if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16) {
+      return BadRequest(
+          fmt::format("{}: dtype {} (want F32, BF16 or F16)", name, DTypeName(t.dtype)));
+    }
+    auto n = static_cast<size_t>(want.NumElements());
+    dst->resize(n);
+    if (n > 0) ConvertElements(t.dtype, t.data, DType::kF32, dst->data(), n);
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (seen[static_cast<size_t>(l)] != 3) {
+      return BadRequest(fmt::format("state: layer {} lacks a tensor", l));
+    }
+  }
+  return s;
+}
+
 Result<PrefillResult> Model::FullPrefill(std::span<const uint32_t> tokens,
                                          const PrefillOptions& options) const {
   ModelState state = EmptyState();

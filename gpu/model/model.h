@@ -74,6 +74,16 @@ struct ModelState {
   std::vector<LayerState> layers;  // one per decoder layer
 };
 
+// One tensor of a state in the state contract (docs/state-format.md, the tensors COMPOSE
+// returns): its layer and kind, and a host view of its row-major data in F32, BF16 or F16.
+struct StateTensorView {
+  uint32_t layer = 0;
+  TensorKind kind = TensorKind::kState;
+  DType dtype = DType::kF32;
+  Shape shape;
+  const void* data = nullptr;
+};
+
 struct PrefillOptions {
   bool all_logits = false;  // logits for every token, else the last token only
   bool want_state = true;
@@ -185,6 +195,13 @@ class Model {
 
   // An empty state (zero positions) with every layer sized.
   ModelState EmptyState() const;
+
+  // The state of a prompt of `n_positions` tokens rebuilt from the contract's tensors (a state
+  // COMPOSE returned), ready to be continued with Extend; bf16/f16 tensors are widened to fp32
+  // exactly. kBadRequest naming the tensor when one is missing or repeated, has the wrong shape
+  // or a dtype other than F32/BF16/F16, or names a layer or kind this model does not have.
+  Result<ModelState> StateFromTensors(int64_t n_positions,
+                                      std::span<const StateTensorView> tensors) const;
 
  private:
   class Pass;

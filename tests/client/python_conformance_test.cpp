@@ -116,6 +116,11 @@ TEST_CASE("Python request frames equal protocol/'s encoding byte for byte") {
       {"prefill",
        Frame(Opcode::kPrefill, 6, Encode(PrefillRequest{"tenant", 8, {{1, 2, 3}, {}, {7}}}))},
       {"compose", Frame(Opcode::kCompose, 7, Encode(compose))},
+      {"compose_options",
+       Frame(Opcode::kCompose, 11,
+             Encode(ComposeRequest{
+                 "", ComposeMode::kFull, kDefaultSeam, 1, true, {{PartKind::kRaw, {}, {4}}}}),
+             Encode(ComposeOptions{DType::kBF16, LogitsMode::kFull}))},
       {"evict", Frame(Opcode::kEvict, 8,
                       Encode(EvictRequest{EvictBy::kBytes, {}, "", Tier::kHost, 1 << 30}))},
       {"list", Frame(Opcode::kList, 9, Encode(ListRequest{77, 50, "tenant", Tier::kSsd}))},
@@ -144,6 +149,7 @@ TEST_CASE("Python decodes protocol/'s reply frames to the same values") {
   hello.format_version = 1;
   hello.limits = ServerLimits{1 << 20, 1 << 24, 32, 1 << 26, 1000, 100};
   hello.admin = true;
+  hello.state_contract = 7;
   write("hello", Frame(Opcode::kHello, 1, Encode(hello), {}, {}, 0, R));
   write("has", Frame(Opcode::kHas, 3, Encode(HasReply{{Tier::kHost, Tier::kNone, Tier::kSsd}}), {},
                      {}, 0, R));
@@ -171,6 +177,7 @@ TEST_CASE("Python decodes protocol/'s reply frames to the same values") {
   compose.timings = {10, 20, 30, 40, 100};
   compose.n_tokens = 5;
   compose.top = {{42, 3.5f}, {7, -1.25f}};
+  compose.logits = {0.5f, -3.0f, 42.0f};
   compose.has_state = true;
   compose.state = EncodeTensorStream(tensors).value();
   write("compose", Frame(Opcode::kCompose, 7, Encode(compose), {}, {}, 0, R));
@@ -196,6 +203,7 @@ TEST_CASE("Python decodes protocol/'s reply frames to the same values") {
   CHECK(j["hello"]["max_frame_body"] == 1 << 20);
   CHECK(j["hello"]["max_inflight"] == 32);
   CHECK(j["hello"]["admin"] == true);
+  CHECK(j["hello"]["state_contract"] == 7);
   CHECK(j["has"]["tiers"] == nlohmann::json::array({2, 0, 3}));
   CHECK(j["get"]["chunks"] == 3);
   CHECK(j["get"]["tier"] == 1);
@@ -209,6 +217,7 @@ TEST_CASE("Python decodes protocol/'s reply frames to the same values") {
   CHECK(j["compose"]["top"][0][0] == 42);
   CHECK(j["compose"]["top"][0][1] == 3.5);
   CHECK(j["compose"]["top"][1][1] == -1.25);
+  CHECK(j["compose"]["logits"] == nlohmann::json::array({0.5, -3.0, 42.0}));
   REQUIRE(j["compose"]["tensors"].size() == 2);
   CHECK(j["compose"]["tensors"][0][0] == 0);
   CHECK(j["compose"]["tensors"][0][3] == nlohmann::json::array({2, 3}));

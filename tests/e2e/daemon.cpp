@@ -94,6 +94,8 @@ bool WaitPid(pid_t pid, std::chrono::milliseconds timeout, int* code) {
 
 }  // namespace
 
+std::string ModelCacheDir() { return BinDir() + "/../e2e-models"; }
+
 Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options) {
   std::unique_ptr<Daemon> d(new Daemon());
   d->data_dir_ = MakeTempDir();
@@ -105,7 +107,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options) {
       "--ram-capacity", "256MiB",     "--ssd-capacity", "256MiB"};
   // The tiny built-in model, generated once per build tree and shared by every test.
   for (std::string a : {"--model", "builtin:tiny", "--model-cache-dir"}) args.push_back(a);
-  args.push_back(BinDir() + "/../e2e-models");
+  args.push_back(ModelCacheDir());
   args.insert(args.end(), options.args.begin(), options.args.end());
   d->pid_ = Spawn(args, options.env, d->data_dir_ + "/hypicd.log");
   if (d->pid_ < 0) return IoError("cannot spawn " + BinDir() + "/hypicd");
@@ -381,12 +383,12 @@ Result<ReplyFrame> RawConn::Call(protocol::Opcode op, protocol::ByteSpan body,
 }
 
 Result<protocol::HelloReply> RawConn::Hello(const std::string& token,
-                                            const std::string& admin_token) {
+                                            const std::string& admin_token, uint64_t features) {
   protocol::HelloRequest req;
   req.client_name = "e2e";
   req.token = token;
   req.admin_token = admin_token;
-  req.features = protocol::kFeatureXxh3;
+  req.features = features;
   auto body = protocol::Encode(req);
   HYPIC_ASSIGN_OR_RETURN(ReplyFrame r, Call(protocol::Opcode::kHello, body));
   if (r.status() != StatusCode::kOk) return Status(r.status(), r.text());

@@ -108,7 +108,8 @@ class RawConn {
                           protocol::ByteSpan ext = {}, Hash128 key = {},
                           std::chrono::milliseconds timeout = 10s);
   Result<protocol::HelloReply> Hello(const std::string& token = "",
-                                     const std::string& admin_token = "");
+                                     const std::string& admin_token = "",
+                                     uint64_t features = protocol::kFeatureXxh3);
   uint64_t next_id() { return ++request_id_; }
 
  private:
@@ -118,6 +119,10 @@ class RawConn {
   protocol::Decoder decoder_;
   std::vector<std::byte> buf_;
 };
+
+// Where Daemon::Start's daemons generate and find the built-in models (shared by the tests of
+// one build tree), so a test can load the daemon's model in-process.
+std::string ModelCacheDir();
 
 // Bytes of a string, for bodies.
 protocol::Bytes AsBytes(std::string_view s);

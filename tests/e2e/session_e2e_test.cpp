@@ -67,7 +67,11 @@ TEST_CASE("HELLO, PING, pipelining and CONFIG over TCP and the unix socket") {
     CHECK(hello->server_version.find("hypicd") == 0);
     CHECK(hello->admin);  // a local peer without an admin token configured
     CHECK(hello->limits.max_frame_body > 0);
-    CHECK(hello->limits.max_message_bytes == hello->limits.max_frame_body);
+    // Streamed replies may be larger than a frame: the default holds a 128k-token state of a
+    // 35B-class model (docs/state-format.md).
+    CHECK(hello->limits.max_message_bytes >= (uint64_t{6} << 30));
+    CHECK(hello->limits.max_message_bytes > hello->limits.max_frame_body);
+    CHECK(hello->state_contract == protocol::kStateContractVersion);
 
     // Pipelining: 200 PINGs sent before reading anything; every id answered once, bodies echoed.
     std::set<uint64_t> ids;
@@ -109,6 +113,11 @@ TEST_CASE("HELLO, PING, pipelining and CONFIG over TCP and the unix socket") {
 
   // Metrics: the requests above are counted by opcode and status.
   std::string metrics = HttpGet(daemon.metrics_port(), "/metrics");
+  // The probes of the sidecar deployment (deploy/kubernetes): live and ready once serving.
+  CHECK(HttpGet(daemon.metrics_port(), "/healthz").rfind("HTTP/1.1 200", 0) == 0);
+  std::string ready = HttpGet(daemon.metrics_port(), "/readyz");
+  CHECK_MESSAGE(ready.rfind("HTTP/1.1 200", 0) == 0, ready);
+  CHECK(HttpGet(daemon.metrics_port(), "/nope").rfind("HTTP/1.1 404", 0) == 0);
   CHECK(metrics.find("hypic_requests_total{opcode=\"PING\",status=\"OK\"}") != std::string::npos);
   CHECK(metrics.find("hypic_request_duration_seconds_bucket{opcode=\"HELLO\"") !=
         std::string::npos);

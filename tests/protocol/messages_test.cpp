@@ -42,6 +42,7 @@ HelloReply MakeHelloReply(SeededRng& rng) {
   m.format_version = 1;
   m.limits = ServerLimits{64 << 20, 1ull << 32, 64, 256 << 20, 65536, 4096};
   m.admin = rng.UniformInt(0, 1) == 1;
+  m.state_contract = rng.UniformInt(0, 3);
   return m;
 }
 HasRequest MakeHasRequest(SeededRng& rng) {
@@ -106,6 +107,7 @@ ComposeReply MakeComposeReply(SeededRng& rng, bool with_state) {
   for (uint32_t i = 0, n = rng.UniformInt(0, 20); i < n; ++i) {
     m.top.push_back(TopLogit{rng.UniformInt(0, 150000), rng.Normal()});
   }
+  if (rng.UniformInt(0, 1) == 1) m.logits = rng.NormalVector(rng.UniformInt(1, 64));
   m.has_state = with_state;
   if (with_state) {
     m.state.resize(rng.UniformInt(1, 300));
@@ -197,6 +199,64 @@ TEST_CASE("every message type round-trips byte-identically") {
     CheckRoundTrip(MakeListReply(rng), Opcode::kList, true);
     CheckRoundTrip(MakeVerifyReply(rng), Opcode::kVerify, true);
   }
+}
+
+TEST_CASE("COMPOSE options: an empty ext is f32 + top-k; every byte is checked") {
+  auto d = DecodeComposeOptions({});
+  REQUIRE_OK(d);
+  CHECK(*d == ComposeOptions{});
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32}) {
+    for (LogitsMode l : {LogitsMode::kTopK, LogitsMode::kFull}) {
+      Bytes e = Encode(ComposeOptions{t, l});
+      CHECK(e.size() == 2);
+      auto back = DecodeComposeOptions(ByteSpan(e));
+      REQUIRE_OK(back);
+      CHECK(*back == ComposeOptions{t, l});
+    }
+  }
+  Bytes bad_dtype = Encode(ComposeOptions{});
+  bad_dtype[0] = std::byte{kMaxDType + 1};
+  CHECK(DecodeComposeOptions(ByteSpan(bad_dtype)).status().code() == StatusCode::kBadRequest);
+  Bytes bad_logits = Encode(ComposeOptions{});
+  bad_logits[1] = std::byte{kMaxLogitsMode + 1};
+  CHECK(DecodeComposeOptions(ByteSpan(bad_logits)).status().code() == StatusCode::kBadRequest);
+  Bytes longer = Encode(ComposeOptions{});
+  longer.push_back(std::byte{0});
+  CHECK_FALSE(DecodeComposeOptions(ByteSpan(longer)).ok());
+}
+
+TEST_CASE("the COMPOSE reply head: its size is found from every prefix, then it decodes") {
+  SeededRng rng(16);
+  for (int iter = 0; iter < 20; ++iter) {
+    ComposeReply m = MakeComposeReply(rng, true);
+    Bytes head_only = m.state;  // the stream bytes
+    ComposeReply h = m;
+    h.state.clear();
+    const Bytes head = Encode(h);
+    Bytes all = Encode(m);
+    REQUIRE(all.size() == head.size() + head_only.size());
+    for (size_t n = 0; n < head.size(); ++n) {
+      auto size = ComposeReplyHeadSize(ByteSpan(all).first(n));
+      REQUIRE_OK(size);
+      CHECK_FALSE(size->has_value());
+    }
+    for (size_t n : {head.size(), all.size()}) {
+      auto size = ComposeReplyHeadSize(ByteSpan(all).first(n));
+      REQUIRE_OK(size);
+      REQUIRE(size->has_value());
+      CHECK(**size == head.size());
+    }
+    auto decoded = Decode<ComposeReply>(ByteSpan(all).first(head.size()));
+    REQUIRE_OK(decoded);
+    CHECK(decoded->has_state);
+    CHECK(decoded->state.empty());
+    CHECK(decoded->logits == m.logits);
+    CHECK(decoded->top == m.top);
+  }
+  Bytes lying(4);
+  uint32_t n = kMaxParts + 1;
+  std::memcpy(lying.data(), &n, 4);
+  CHECK(ComposeReplyHeadSize(ByteSpan(lying)).status().code() == StatusCode::kTooLarge);
 }
 
 TEST_CASE("an empty PUT ext means the default options") {

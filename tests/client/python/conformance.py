@@ -35,6 +35,9 @@ def write_requests(d):
             [hc.ComposePart.raw([9, 8]), hc.ComposePart.segment([1, 2, 3]),
              hc.ComposePart.by_key(K1)], "tenant", hc.ComposeMode.ORACLE, hc.DEFAULT_SEAM, 5,
             True)),
+        "compose_options": hc.encode_frame(hc.Opcode.COMPOSE, 11, hc._compose_body(
+            [hc.ComposePart.raw([4])], "", hc.ComposeMode.FULL, hc.DEFAULT_SEAM, 1, True),
+            hc._compose_ext(hc.DType.BF16, hc.LogitsMode.FULL)),
         "evict": hc.encode_frame(hc.Opcode.EVICT, 8, hc._evict_body(
             hc.EvictBy.BYTES, hc.ZERO_KEY, "", hc.Tier.HOST, 1 << 30)),
         "list": hc.encode_frame(hc.Opcode.LIST, 9, hc._list_body(77, 50, "tenant", hc.Tier.SSD)),
@@ -75,7 +78,7 @@ def read_replies(d):
             r.update(version=m.version, features=m.features, server_version=m.server_version,
                      model=jkey(m.model_fingerprint), model_name=m.model_name, seam_w=m.seam_w,
                      max_frame_body=m.max_frame_body, max_inflight=m.max_inflight_requests,
-                     admin=m.admin)
+                     admin=m.admin, state_contract=m.state_contract)
         elif op == hc.Opcode.HAS:
             r["tiers"] = [int(t) for t in hc._decode_has(first)]
         elif op == hc.Opcode.GET:
@@ -91,6 +94,7 @@ def read_replies(d):
             r["parts"] = [[int(p.outcome), int(p.tier), p.n_tokens, jkey(p.key)] for p in m.parts]
             r["n_tokens"] = m.n_tokens
             r["top"] = [[t, v] for t, v in m.top]
+            r["logits"] = list(m.logits) if m.logits is not None else []
             r["compose_us"] = m.timings.compose_us
             r["tensors"] = [[t.layer, int(t.kind), int(t.dtype), list(t.shape), t.data.hex()]
                             for t in m.state_tensors()]

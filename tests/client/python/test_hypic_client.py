@@ -6,6 +6,7 @@ Operations that this daemon build answers with UNSUPPORTED (e.g. storage or the 
 not wired yet) are skipped with that reason, not passed.
 """
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -147,7 +148,13 @@ class _FakePeer:
             d += chunk
             rest -= len(chunk)
         rid = struct.unpack_from("<Q", d, 8)[0]
+        self.last_ext = bytes(d[64:64 + ext_len])
         return d[5], rid, bytes(d[64 + ext_len:])
+
+
+def _hello_reply():
+    return hc.HelloReply(1, 0, "fake", bytes(16), "m", 8, 1, 1 << 20, 1 << 30, 64, 1 << 28, 100,
+                         100, False, hc.STATE_CONTRACT_VERSION)
 
 
 class ClientLogicTest(unittest.TestCase):
@@ -197,14 +204,35 @@ class ClientLogicTest(unittest.TestCase):
                                                          (1,), struct.pack("<f", 0.5))])
         reply = (struct.pack("<I", 1) + bytes([2, 0]) + struct.pack("<I", 2) + bytes(16) +
                  struct.pack("<5Q", 1, 2, 3, 4, 10) + struct.pack("<I", 2) +
-                 struct.pack("<I", 2) + struct.pack("<IfIf", 7, 2.5, 3, -1.0) + b"\x01" + state)
+                 struct.pack("<I", 2) + struct.pack("<IfIf", 7, 2.5, 3, -1.0) +
+                 struct.pack("<I3f", 3, 0.25, 2.5, -1.0) + b"\x01" + state)
         p.far.sendall(reply_frame(hc.Opcode.COMPOSE, rid, reply))
         r = pend.result()
         self.assertEqual(r.parts[0].outcome, hc.PartOutcome.LIVE)
         self.assertEqual(r.timings.total_us, 10)
         self.assertEqual(r.n_tokens, 2)
         self.assertEqual(r.top, [(7, 2.5), (3, -1.0)])
+        self.assertEqual(list(r.logits), [0.25, 2.5, -1.0])
         self.assertEqual(r.state_tensors()[0].data, struct.pack("<f", 0.5))
+        arrays = r.state_arrays()
+        self.assertEqual((arrays[0].layer, arrays[0].kind, arrays[0].shape), (0, hc.TensorKind.STATE, (1,)))
+        self.assertEqual(float(arrays[0].array[0]), 0.5)
+
+    def test_compose_options_ext_and_state_contract(self):
+        p = _FakePeer(self)
+        pend = p.client.submit_compose([hc.ComposePart.raw([1])], return_state=True,
+                                       state_dtype=hc.DType.BF16, logits=hc.LogitsMode.FULL)
+        self.assertIsNotNone(pend)
+        p.read_request()
+        self.assertEqual(p.last_ext, bytes([hc.DType.BF16, hc.LogitsMode.FULL]))
+        # Defaults send no ext (the encoding older servers know).
+        self.assertEqual(hc._compose_ext(hc.DType.F32, hc.LogitsMode.TOP_K), b"")
+        # A server announcing another state contract: asking for the state is refused locally.
+        p.client.hello_reply = dataclasses.replace(_hello_reply(), state_contract=2)
+        with self.assertRaises(hc.HypicError) as e:
+            p.client.submit_compose([hc.ComposePart.raw([1])], return_state=True)
+        self.assertEqual(e.exception.status, hc.Status.VERSION_MISMATCH)
+        p.client.submit_compose([hc.ComposePart.raw([1])])  # no state: any contract is fine
 
 
 class Daemon:
@@ -334,6 +362,39 @@ class DaemonTest(unittest.TestCase):
             self.assertEqual(c.has(keys[:1]), [hc.Tier.NONE])
             c.put(keys[0], entry)
             self.assertEqual(c.get(keys[0])[1], entry)
+
+    def test_state_arrays_follow_the_contract(self):
+        """docs/state-format.md: shapes, kinds and dtypes; bf16 is the f32 state rounded once."""
+        with self.connect() as c:
+            self.assertEqual(c.hello_reply.state_contract, hc.STATE_CONTRACT_VERSION)
+            self.assertTrue(c.hello_reply.features & hc.FEATURE_CHUNKED)
+            parts = [hc.ComposePart.raw([(5 * i) % 500 + 1 for i in range(30)])]
+            full = skip_if_unsupported(self, c.compose, parts, mode=hc.ComposeMode.FULL,
+                                       top_k=3, return_state=True, logits=hc.LogitsMode.FULL)
+            half = c.compose(parts, mode=hc.ComposeMode.FULL, top_k=3, return_state=True,
+                             state_dtype=hc.DType.BF16)
+            self.assertIsNone(half.logits)
+            row = list(full.logits)
+            self.assertEqual(full.top[0][0], max(range(len(row)), key=row.__getitem__))
+            a, b = full.state_arrays(), half.state_arrays()
+            self.assertEqual(len(a), len(b))
+            self.assertGreater(len(a), 0)
+            fs, hs = full.state_tensors(), half.state_tensors()
+            for i, (x, y) in enumerate(zip(a, b)):
+                self.assertEqual((x.layer, x.kind, x.shape), (y.layer, y.kind, y.shape))
+                self.assertEqual((x.dtype, y.dtype), (hc.DType.F32, hc.DType.BF16))
+                if x.kind in (hc.TensorKind.KEY, hc.TensorKind.VALUE):
+                    self.assertEqual(x.shape[0], full.n_tokens)
+                    self.assertEqual(len(x.shape), 3)
+                elif x.kind == hc.TensorKind.STATE:
+                    self.assertEqual(len(x.shape), 3)  # [HV, dk, dv]
+                else:
+                    self.assertEqual(x.kind, hc.TensorKind.CONV_TAIL)
+                    self.assertEqual(len(x.shape), 2)  # [K-1, conv_channels]
+                fx = struct.unpack(f"<{len(fs[i].data) // 4}I", fs[i].data)
+                hy = struct.unpack(f"<{len(fx)}H", hs[i].data)
+                rne = [((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF for u in fx]
+                self.assertEqual(list(hy), rne)
 
 
 @unittest.skipUnless(HYPICD, "HYPICD (path to the hypicd binary) is not set")
