@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <utility>
 #include <vector>
 
@@ -12,38 +11,10 @@
 #include "gpu/linear/linear_attention.h"
 #include "gpu/linear/linear_math.h"
 #include "gpu/linear/short_conv.h"
+#include "gpu/model/cpu_attention.h"
 
 namespace hypic::model {
 namespace {
-
-// Reductions with 16 independent lanes, so they vectorise without -ffast-math and do not wait
-// on one accumulator's latency.
-constexpr int kLanes = 16;
-
-float LaneMax(const float* x, int64_t n) {
-  float acc[kLanes];
-  std::fill(acc, acc + kLanes, x[0]);
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    for (int l = 0; l < kLanes; ++l) acc[l] = acc[l] > x[j + l] ? acc[l] : x[j + l];
-  }
-  float m = acc[0];
-  for (int l = 1; l < kLanes; ++l) m = std::max(m, acc[l]);
-  for (; j < n; ++j) m = std::max(m, x[j]);
-  return m;
-}
-
-float LaneSum(const float* x, int64_t n) {
-  float acc[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    for (int l = 0; l < kLanes; ++l) acc[l] += x[j + l];
-  }
-  float s = 0.0f;
-  for (int l = 0; l < kLanes; ++l) s += acc[l];
-  for (; j < n; ++j) s += x[j];
-  return s;
-}
 
 // y[m, n] = x[m, k] * w[n, k]^T (+ y): fp32, or with bf16 weights x rounded to bf16 into *x16
 // (row loops on ParallelFor) and an fp32-accumulating bf16 GEMM.
@@ -99,62 +70,6 @@ void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_d
   });
 }
 
-void CausalAttention(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                     float* out, std::span<const int64_t> positions) {
-  // Flash-style: per (head, row tile) the keys go by in blocks, with an online softmax (running
-  // max m and sum l per row, the output accumulated unnormalised and rescaled when m grows), so
-  // a block's scores stay in cache however long the context.
-  constexpr int64_t kTile = 128, kKeyBlock = 256;
-  const auto rows = static_cast<int64_t>(positions.size());
-  const int64_t hd = shape.head_dim, group = shape.heads / shape.kv_heads;
-  const int64_t ldq = shape.heads * hd, ldk = shape.kv_heads * hd;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t tiles = (rows + kTile - 1) / kTile;
-  // Work items (head, tile), numbered head-major so each thread's range holds whole heads
-  // (tiles grow with their keys; a head's tiles together cost the same for every head). Each
-  // item runs on one thread.
-  cpu::ParallelFor(shape.heads * tiles, tiles, [&](int64_t p0, int64_t p1) {
-    std::vector<float> scores(static_cast<size_t>(kTile * kKeyBlock));
-    std::vector<float> acc(static_cast<size_t>(kTile * hd)), max(kTile), sum(kTile);
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t h = p / tiles, r0 = (p % tiles) * kTile, g = h / group;
-      const int64_t tile = std::min(kTile, rows - r0);
-      const int64_t keys = positions[static_cast<size_t>(r0 + tile - 1)] + 1;  // the last row's
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      std::fill(max.begin(), max.end(), -std::numeric_limits<float>::infinity());
-      std::fill(sum.begin(), sum.end(), 0.0f);
-      for (int64_t b0 = 0; b0 < keys; b0 += kKeyBlock) {
-        const int64_t nb = std::min(kKeyBlock, keys - b0);
-        cpu::GemmAnyShape(cpu::Trans::kNo, cpu::Trans::kYes, tile, nb, hd, scale,
-                          q + r0 * ldq + h * hd, ldq, k + b0 * ldk + g * hd, ldk, 0.0f,
-                          scores.data(), nb);
-        for (int64_t i = 0; i < tile; ++i) {
-          float* row = scores.data() + i * nb;
-          const int64_t valid =
-              std::clamp<int64_t>(positions[static_cast<size_t>(r0 + i)] + 1 - b0, 0, nb);
-          if (valid > 0) {
-            const float m = std::max(max[i], LaneMax(row, valid));
-            const float rescale = FastExp(max[i] - m);  // 0 on the first block (-inf)
-            for (int64_t j = 0; j < valid; ++j) row[j] = FastExp(row[j] - m);
-            sum[i] = sum[i] * rescale + LaneSum(row, valid);
-            max[i] = m;
-            float* a = acc.data() + i * hd;
-            for (int64_t d = 0; d < hd; ++d) a[d] *= rescale;
-          }
-          std::fill(row + valid, row + nb, 0.0f);
-        }
-        cpu::GemmAnyShape(cpu::Trans::kNo, cpu::Trans::kNo, tile, hd, nb, 1.0f, scores.data(), nb,
-                          v + b0 * ldk + g * hd, ldk, 1.0f, acc.data(), hd);
-      }
-      for (int64_t i = 0; i < tile; ++i) {
-        const float inv = 1.0f / sum[i];
-        float* o = out + (r0 + i) * ldq + h * hd;
-        for (int64_t d = 0; d < hd; ++d) o[d] = acc[static_cast<size_t>(i * hd + d)] * inv;
-      }
-    }
-  });
-}
-
 CpuForwardKernels::ScratchSet& CpuForwardKernels::ThreadScratch() {
   thread_local ScratchSet set;
   return set;
@@ -167,7 +82,8 @@ CpuForwardKernels::CpuForwardKernels() : scratch_(std::exchange(ThreadScratch(),
 
 CpuForwardKernels::~CpuForwardKernels() {
   constexpr size_t kKeptScratchBytes = size_t{512} << 20;
-  size_t bytes = scratch_.x_bf16.capacity() * sizeof(uint16_t);
+  size_t bytes = scratch_.x_bf16.capacity() * sizeof(uint16_t) +
+                 scratch_.kv_pack.capacity() * sizeof(uint32_t);
   for (const Buffer& b : scratch_.slots) bytes += static_cast<size_t>(b.capacity) * sizeof(float);
   for (const auto& v : scratch_.expert_out) bytes += v.capacity() * sizeof(float);
   ScratchSet& kept = ThreadScratch();
@@ -288,7 +204,7 @@ void CpuForwardKernels::JumpState(const linear::Shape& shape, const float* trans
 
 void CpuForwardKernels::Attention(const AttentionShape& shape, const float* q, const float* k,
                                   const float* v, float* out, std::span<const int64_t> positions) {
-  CausalAttention(shape, q, k, v, out, positions);
+  CausalAttention(shape, q, k, v, out, positions, &scratch_.kv_pack);
 }
 
 void CpuForwardKernels::SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows,

@@ -1,7 +1,8 @@
 // The CPU building blocks of the forward pass: GEMMs against nn.Linear weights, the two
-// RMSNorm variants, RoPE, causal GQA attention blocked over GEMMs, and CpuForwardKernels, the
-// CPU backend of Model::Pass (forward_kernels.h) built from them. The per-element math
-// (FastExp, SiLU, norms, ...) is forward_math.h's, shared with the CUDA kernels.
+// RMSNorm variants, RoPE, and CpuForwardKernels, the CPU backend of Model::Pass
+// (forward_kernels.h) built from them and from cpu_attention.h's CausalAttention. The
+// per-element math (FastExp, SiLU, norms, ...) is forward_math.h's, shared with the CUDA
+// kernels.
 //
 // All buffers are fp32, row-major, caller-owned. Threading: every GEMM (gpu/cpu/gemm.h) and
 // every row loop (gpu/cpu/compute_threads.h's ParallelFor) uses the calling thread's compute
@@ -28,12 +29,6 @@ void RmsNormZeroCentred(const float* x, int64_t ldx, const float* w, float* y, i
 // [0, rows): row r is at position pos0 + r; head h of row r starts at x + r*ld + h*head_dim.
 void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
                int64_t rotary_dim, double theta, int64_t pos0);
-
-// Causal softmax attention, one query row per entry of `positions` (non-decreasing): row r
-// attends keys and values at positions [0, positions[r]]. q/out: [rows, heads, head_dim];
-// k/v: [positions, kv_heads, head_dim]. Scores scaled by 1/sqrt(head_dim); softmax in fp32.
-void CausalAttention(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                     float* out, std::span<const int64_t> positions);
 
 // ForwardKernels on the host: every pointer is host memory, memory calls return the host data
 // itself, steps call the functions above (and linear::ChunkedForward / CausalConv).
@@ -93,6 +88,7 @@ class CpuForwardKernels final : public ForwardKernels {
     std::vector<Buffer> slots;
     std::vector<uint16_t> x_bf16;                // a bf16 GEMM's activations
     std::vector<std::vector<float>> expert_out;  // RoutedExperts' per-expert outputs
+    std::vector<uint32_t> kv_pack;               // bf16 attention's packed K and V
   };
   static ScratchSet& ThreadScratch();
   ScratchSet scratch_;

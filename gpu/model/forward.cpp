@@ -314,7 +314,8 @@ void Model::Pass::AttentionLayer(int64_t li, const float* xn, float* y) {
   for (const Block& b : blocks_) {
     for (int64_t i = 0; b.live && i < b.n; ++i) live_positions_.push_back(b.pos0 + i);
   }
-  k.Attention({nh, nkv, hd}, q, kc, vc, attn, live_positions_);
+  k.Attention({nh, nkv, hd, model_.weights_dtype() == DType::kBF16}, q, kc, vc, attn,
+              live_positions_);
   k.SigmoidGate(attn, proj + qw, cols, rows, qw);
   k.Gemm(rows, h, qw, attn, qw, Weight(a.o_proj), qw, y, h);
 }

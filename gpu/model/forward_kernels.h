@@ -48,6 +48,9 @@ struct AttentionShape {
   int64_t heads = 0;
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
+  // QK^T and PV as bf16 x bf16 -> fp32 products where the backend has them (the bf16-weights
+  // path); the softmax and the accumulation stay fp32 either way.
+  bool bf16_products = false;
 };
 
 // GDN input preparation over rows [0, rows) of the conv output and of the projection.

@@ -1,0 +1,441 @@
+#include "gpu/model/cpu_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "gpu/cpu/compute_threads.h"
+#include "gpu/cpu/gemm.h"
+#include "gpu/model/forward_math.h"
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define HYPIC_BF16_ATTENTION 1
+#endif
+
+namespace hypic::model {
+namespace {
+
+// Reductions with 16 independent lanes, so they vectorise without -ffast-math and do not wait
+// on one accumulator's latency.
+constexpr int kLanes = 16;
+
+float LaneMax(const float* x, int64_t n) {
+  float acc[kLanes];
+  std::fill(acc, acc + kLanes, x[0]);
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) acc[l] = acc[l] > x[j + l] ? acc[l] : x[j + l];
+  }
+  float m = acc[0];
+  for (int l = 1; l < kLanes; ++l) m = std::max(m, acc[l]);
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+float LaneSum(const float* x, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) acc[l] += x[j + l];
+  }
+  float s = 0.0f;
+  for (int l = 0; l < kLanes; ++l) s += acc[l];
+  for (; j < n; ++j) s += x[j];
+  return s;
+}
+
+// One online-softmax step over a row's block of scores row[0, valid) (valid > 0): the running
+// max and sum move on, the scores become exp(score - max) in place, and the factor by which the
+// row's accumulated output must be rescaled is returned (0 on the first block: max was -inf).
+float SoftmaxStep(float* row, int64_t valid, float* max, float* sum) {
+  const float m = std::max(*max, LaneMax(row, valid));
+  const float rescale = FastExp(*max - m);
+  for (int64_t j = 0; j < valid; ++j) row[j] = FastExp(row[j] - m);
+  *sum = *sum * rescale + LaneSum(row, valid);
+  *max = m;
+  return rescale;
+}
+
+// The keys of row r's block [b0, b0 + nb) that it may attend.
+int64_t ValidKeys(std::span<const int64_t> positions, int64_t r, int64_t b0, int64_t nb) {
+  return std::clamp<int64_t>(positions[static_cast<size_t>(r)] + 1 - b0, 0, nb);
+}
+
+void AttentionF32(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                  float* out, std::span<const int64_t> positions) {
+  constexpr int64_t kTile = 128, kKeyBlock = 256;
+  const auto rows = static_cast<int64_t>(positions.size());
+  const int64_t hd = shape.head_dim, group = shape.heads / shape.kv_heads;
+  const int64_t ldq = shape.heads * hd, ldk = shape.kv_heads * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t tiles = (rows + kTile - 1) / kTile;
+  // Work items (head, tile), numbered head-major so each thread's range holds whole heads
+  // (tiles grow with their keys; a head's tiles together cost the same for every head). Each
+  // item runs on one thread.
+  cpu::ParallelFor(shape.heads * tiles, tiles, [&](int64_t p0, int64_t p1) {
+    std::vector<float> scores(static_cast<size_t>(kTile * kKeyBlock));
+    std::vector<float> acc(static_cast<size_t>(kTile * hd)), max(kTile), sum(kTile);
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t h = p / tiles, r0 = (p % tiles) * kTile, g = h / group;
+      const int64_t tile = std::min(kTile, rows - r0);
+      const int64_t keys = positions[static_cast<size_t>(r0 + tile - 1)] + 1;  // the last row's
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      std::fill(max.begin(), max.end(), -std::numeric_limits<float>::infinity());
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      int64_t first = 0;  // the tile's first row that attends the block (rows are sorted)
+      for (int64_t b0 = 0; b0 < keys; b0 += kKeyBlock) {
+        const int64_t nb = std::min(kKeyBlock, keys - b0);
+        while (positions[static_cast<size_t>(r0 + first)] < b0) ++first;
+        const int64_t m = tile - first;
+        float* sc = scores.data() + first * nb;
+        cpu::GemmAnyShape(cpu::Trans::kNo, cpu::Trans::kYes, m, nb, hd, scale,
+                          q + (r0 + first) * ldq + h * hd, ldq, k + b0 * ldk + g * hd, ldk, 0.0f,
+                          sc, nb);
+        for (int64_t i = first; i < tile; ++i) {
+          float* row = scores.data() + i * nb;
+          const int64_t valid = ValidKeys(positions, r0 + i, b0, nb);
+          if (valid > 0) {
+            const float rescale = SoftmaxStep(row, valid, &max[i], &sum[i]);
+            float* a = acc.data() + i * hd;
+            for (int64_t d = 0; d < hd; ++d) a[d] *= rescale;
+          }
+          std::fill(row + valid, row + nb, 0.0f);
+        }
+        cpu::GemmAnyShape(cpu::Trans::kNo, cpu::Trans::kNo, m, hd, nb, 1.0f, sc, nb,
+                          v + b0 * ldk + g * hd, ldk, 1.0f, acc.data() + first * hd, hd);
+      }
+      for (int64_t i = 0; i < tile; ++i) {
+        const float inv = 1.0f / sum[i];
+        float* o = out + (r0 + i) * ldq + h * hd;
+        for (int64_t d = 0; d < hd; ++d) o[d] = acc[static_cast<size_t>(i * hd + d)] * inv;
+      }
+    }
+  });
+}
+
+#ifdef HYPIC_BF16_ATTENTION
+// GCC 12's AVX-512 headers pass _mm512_undefined_ps() as the unused operand of the unmasked
+// forms, which -Wmaybe-uninitialized reports once inlined (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// The fused bf16 kernel. Operands are bf16 pairs held as uint32 (low half the even element),
+// the unit vdpbf16ps multiplies: lane l of dst += a[2l] * b[2l] + a[2l + 1] * b[2l + 1].
+constexpr int64_t kQTile = 64;    // query rows per work item
+constexpr int64_t kKBlock = 256;  // keys per softmax block, a multiple of 32
+constexpr int64_t kQkRows = 8;    // the QK micro-tile: 8 rows x 32 keys, 16 accumulators
+constexpr int64_t kKeyGroup = 16;
+
+inline __m512bh AsBf16(__m512i x) { return reinterpret_cast<const __m512bh&>(x); }
+
+// K and V of every kv head in the kernels' layouts, keys padded with zeros to kKBlock, into
+// *buffer (k, then v; each `keys_pad * head_dim / 2` pairs per head):
+//   k: per head, groups of 16 keys; per group the head's dimension pairs in order; per pair 16
+//      lanes, lane l = key l of the group's (k[2p], k[2p + 1]).
+//   v: per head, key pairs in order; per pair the head's dimensions, (v[2j][d], v[2j + 1][d]).
+struct PackedKv {
+  int64_t per_head = 0;
+  const uint32_t* k = nullptr;
+  const uint32_t* v = nullptr;
+};
+
+PackedKv PackKv(const AttentionShape& shape, const float* k, const float* v, int64_t keys,
+                std::vector<uint32_t>* buffer) {
+  const int64_t hd = shape.head_dim, pairs = hd / 2, ldk = shape.kv_heads * hd;
+  const int64_t blocks = (keys + kKBlock - 1) / kKBlock;
+  const int64_t per_head = blocks * kKBlock * pairs, per_tensor = shape.kv_heads * per_head;
+  // Every element is written below, so growing the buffer is the only fill.
+  if (buffer->size() < static_cast<size_t>(2 * per_tensor)) {
+    buffer->resize(static_cast<size_t>(2 * per_tensor));
+  }
+  uint32_t* kp = buffer->data();
+  uint32_t* vp = kp + per_tensor;
+  cpu::ParallelFor(shape.kv_heads * blocks, 4, [&](int64_t i0, int64_t i1) {
+    std::vector<uint16_t> rows16(static_cast<size_t>(kKBlock * hd));
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t g = item / blocks, b0 = (item % blocks) * kKBlock;
+      const int64_t n = std::min(kKBlock, keys - b0);
+      std::fill(rows16.begin() + n * hd, rows16.end(), uint16_t{0});
+      const auto* rows32 = reinterpret_cast<const uint32_t*>(rows16.data());
+
+      cpu::ConvertRowsToBf16(k + b0 * ldk + g * hd, ldk, n, hd, rows16.data(), hd);
+      uint32_t* kd = kp + g * per_head + b0 * pairs;
+      for (int64_t kg = 0; kg < kKBlock / kKeyGroup; ++kg) {
+        for (int64_t p = 0; p < pairs; ++p) {
+          uint32_t* lanes = kd + (kg * pairs + p) * kKeyGroup;
+          for (int64_t l = 0; l < kKeyGroup; ++l) {
+            lanes[l] = rows32[(kg * kKeyGroup + l) * pairs + p];
+          }
+        }
+      }
+
+      cpu::ConvertRowsToBf16(v + b0 * ldk + g * hd, ldk, n, hd, rows16.data(), hd);
+      uint32_t* vd = vp + g * per_head + b0 * pairs;
+      for (int64_t j = 0; j < kKBlock / 2; ++j) {
+        const uint16_t* even = rows16.data() + 2 * j * hd;
+        const uint16_t* odd = even + hd;
+        for (int64_t d = 0; d < hd; ++d) {
+          vd[j * hd + d] = uint32_t{even[d]} | uint32_t{odd[d]} << 16;
+        }
+      }
+    }
+  });
+  return {per_head, kp, vp};
+}
+
+// Horizontal max and sum of 16 lanes, by swapping halves (256, 128, 64, 32 bits).
+template <class Op>
+float Reduce16(__m512 v, Op op) {
+  v = op(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+  v = op(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+  v = op(v, _mm512_permute_ps(v, 0x4E));
+  v = op(v, _mm512_permute_ps(v, 0xB1));
+  return _mm512_cvtss_f32(v);
+}
+float ReduceMax(__m512 v) {
+  return Reduce16(v, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
+}
+float ReduceSum(__m512 v) {
+  return Reduce16(v, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
+}
+
+// exp(x) of 16 lanes, for x <= 0 (scores minus their max): FastExp's reduction with one
+// polynomial degree less, 2.4e-6 relative (the result is rounded to bf16, 2^-9, next). Below
+// -87.3 it gives ~1e-38, not 0.
+__m512 ExpNonPositive(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-87.3f), x);      // NaN passes through (second operand)
+  const __m512 round = _mm512_set1_ps(12582912.0f);  // 1.5 * 2^23: adding it rounds
+  const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504f), round);
+  const __m512 n = _mm512_sub_ps(t, round);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 120.0f), r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512i bits =
+      _mm512_add_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(127 - 0x4B400000));
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(bits, 23)));
+}
+
+// SoftmaxStep for the bf16 kernel, in AVX-512, writing the block's probabilities rounded to
+// bf16 into p[0, valid) (its lanes up to the next multiple of 16 get zeros).
+float SoftmaxStepBf16(const float* row, int64_t valid, float* max, float* sum, uint16_t* p) {
+  const int64_t full = valid / 16 * 16;
+  const __mmask16 tail = _cvtu32_mask16((1u << (valid - full)) - 1);
+  __m512 vmax = _mm512_set1_ps(*max);
+  for (int64_t j = 0; j < full; j += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(row + j));
+  if (full < valid) {
+    vmax = _mm512_mask_max_ps(vmax, tail, vmax, _mm512_maskz_loadu_ps(tail, row + full));
+  }
+  const float m = ReduceMax(vmax);
+  const float rescale = FastExp(*max - m);
+  const __m512 shift = _mm512_set1_ps(m);
+  __m512 vsum = _mm512_setzero_ps();
+  auto step = [&](int64_t j, __m512 e) {
+    vsum = _mm512_add_ps(vsum, e);
+    const __m256bh packed = _mm512_cvtneps_pbh(e);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j),
+                        reinterpret_cast<const __m256i&>(packed));
+  };
+  for (int64_t j = 0; j < full; j += 16) {
+    step(j, ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(row + j), shift)));
+  }
+  if (full < valid) {
+    const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + full), shift);
+    step(full, _mm512_maskz_mov_ps(tail, ExpNonPositive(x)));
+  }
+  *sum = *sum * rescale + ReduceSum(vsum);
+  *max = m;
+  return rescale;
+}
+
+// Calls f(std::integral_constant<int, 0>{}) ... f(<N - 1>) in order: the micro-kernels' loops
+// over accumulators, unrolled in the source so their arrays live in registers.
+template <int N, class F>
+[[gnu::always_inline]] inline void Unroll(F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }
+  (std::make_integer_sequence<int, N>{});
+}
+
+// s[r][j] = q_r . k_j for kQkRows rows of qp (pairs per row) and the 32 keys of the two key
+// groups at kp (a group is pairs * 16 lanes).
+void QkTile(const uint32_t* qp, int64_t pairs, const uint32_t* kp, float* s, int64_t lds) {
+  __m512 acc[kQkRows][2];
+  Unroll<kQkRows>([&](auto r) { acc[r][0] = acc[r][1] = _mm512_setzero_ps(); });
+  const uint32_t* kp1 = kp + pairs * kKeyGroup;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const __m512bh k0 = AsBf16(_mm512_loadu_si512(kp + p * kKeyGroup));
+    const __m512bh k1 = AsBf16(_mm512_loadu_si512(kp1 + p * kKeyGroup));
+    Unroll<kQkRows>([&](auto r) {
+      const __m512bh qb = AsBf16(_mm512_set1_epi32(static_cast<int>(qp[r * pairs + p])));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qb, k0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], qb, k1);
+    });
+  }
+  Unroll<kQkRows>([&](auto r) {
+    _mm512_storeu_ps(s + r * lds, acc[r][0]);
+    _mm512_storeu_ps(s + r * lds + kKeyGroup, acc[r][1]);
+  });
+}
+
+// o[r][0, 16 kCols) += sum_j p[r][j] v[j][.] over `pairs` key pairs, for kRows rows: pp holds
+// each row's probabilities as bf16 pairs (row stride ldp), vp the packed V at the first pair
+// and column (pair stride ldv).
+template <int kCols, int kRows>
+void PvTile(const uint32_t* pp, int64_t ldp, const uint32_t* vp, int64_t ldv, int64_t pairs,
+            float* o, int64_t ldo) {
+  __m512 acc[kRows][kCols];
+  Unroll<kRows>([&](auto r) {
+    Unroll<kCols>([&](auto c) { acc[r][c] = _mm512_loadu_ps(o + r * ldo + 16 * c); });
+  });
+  for (int64_t j = 0; j < pairs; ++j) {
+    __m512bh vv[kCols];
+    Unroll<kCols>([&](auto c) { vv[c] = AsBf16(_mm512_loadu_si512(vp + j * ldv + 16 * c)); });
+    Unroll<kRows>([&](auto r) {
+      const __m512bh pb = AsBf16(_mm512_set1_epi32(static_cast<int>(pp[r * ldp + j])));
+      Unroll<kCols>([&](auto c) { acc[r][c] = _mm512_dpbf16_ps(acc[r][c], pb, vv[c]); });
+    });
+  }
+  Unroll<kRows>([&](auto r) {
+    Unroll<kCols>([&](auto c) { _mm512_storeu_ps(o + r * ldo + 16 * c, acc[r][c]); });
+  });
+}
+
+// PV for `rows` rows (a multiple of 8) of o (row stride hd), every column of the head, in
+// column chunks of 8, 4, 2 or 1 vectors (16 or 8 accumulators).
+void PvRows(const uint32_t* pp, int64_t ldp, const uint32_t* vp, int64_t hd, int64_t pairs,
+            int64_t rows, float* o) {
+  for (int64_t c0 = 0; c0 < hd;) {
+    const int64_t left = (hd - c0) / 16;
+    const int64_t cols = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    for (int64_t r = 0; r < rows;) {
+      const uint32_t* p = pp + r * ldp;
+      float* orow = o + r * hd + c0;
+      switch (cols) {
+        case 8:
+          PvTile<8, 2>(p, ldp, vp + c0, hd, pairs, orow, hd);
+          r += 2;
+          break;
+        case 4:
+          PvTile<4, 4>(p, ldp, vp + c0, hd, pairs, orow, hd);
+          r += 4;
+          break;
+        case 2:
+          PvTile<2, 8>(p, ldp, vp + c0, hd, pairs, orow, hd);
+          r += 8;
+          break;
+        default:
+          PvTile<1, 8>(p, ldp, vp + c0, hd, pairs, orow, hd);
+          r += 8;
+          break;
+      }
+    }
+    c0 += 16 * cols;
+  }
+}
+
+void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                   float* out, std::span<const int64_t> positions,
+                   std::vector<uint32_t>* pack_buffer) {
+  const auto rows = static_cast<int64_t>(positions.size());
+  const int64_t hd = shape.head_dim, pairs = hd / 2, group = shape.heads / shape.kv_heads;
+  const int64_t ldq = shape.heads * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const PackedKv packed = PackKv(shape, k, v, positions.back() + 1, pack_buffer);
+
+  const int64_t tiles = (rows + kQTile - 1) / kQTile;
+  cpu::ParallelFor(shape.heads * tiles, tiles, [&](int64_t i0, int64_t i1) {
+    std::vector<float> qrow(static_cast<size_t>(hd)), s(static_cast<size_t>(kQkRows * kKBlock));
+    std::vector<float> o(static_cast<size_t>(kQTile * hd)), max(kQTile), sum(kQTile);
+    std::vector<uint16_t> q16(static_cast<size_t>(kQTile * hd));
+    std::vector<uint16_t> p16(static_cast<size_t>(kQkRows * kKBlock));
+    const auto* qp = reinterpret_cast<const uint32_t*>(q16.data());
+    const auto* pp = reinterpret_cast<const uint32_t*>(p16.data());
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t h = item / tiles, r0 = (item % tiles) * kQTile, g = h / group;
+      const int64_t tile = std::min(kQTile, rows - r0);
+      const int64_t rows_pad = (tile + kQkRows - 1) / kQkRows * kQkRows;
+      for (int64_t i = 0; i < tile; ++i) {
+        const float* src = q + (r0 + i) * ldq + h * hd;
+        for (int64_t d = 0; d < hd; ++d) qrow[static_cast<size_t>(d)] = src[d] * scale;
+        cpu::ConvertRowsToBf16(qrow.data(), hd, 1, hd, q16.data() + i * hd, hd);
+      }
+      std::fill(q16.begin() + tile * hd, q16.end(), uint16_t{0});
+      std::fill(o.begin(), o.end(), 0.0f);
+      std::fill(max.begin(), max.end(), -std::numeric_limits<float>::infinity());
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      const uint32_t* kh = packed.k + g * packed.per_head;
+      const uint32_t* vh = packed.v + g * packed.per_head;
+      const int64_t keys = positions[static_cast<size_t>(r0 + tile - 1)] + 1;  // the last row's
+      int64_t first = 0;  // the tile's first row that attends the block (rows are sorted)
+      for (int64_t b0 = 0; b0 < keys; b0 += kKBlock) {
+        const int64_t nb = std::min(kKBlock, keys - b0);
+        while (positions[static_cast<size_t>(r0 + first)] < b0) ++first;
+        const int64_t rb = first / kQkRows * kQkRows;
+        // Per group of kQkRows rows: scores, softmax step, PV, while the group's scores and
+        // probabilities are in L1 (the block's K and V are read once per group).
+        for (int64_t r = rb; r < rows_pad; r += kQkRows) {
+          for (int64_t j = 0; j < nb; j += 2 * kKeyGroup) {
+            QkTile(qp + r * pairs, pairs, kh + (b0 + j) * pairs, s.data() + j, kKBlock);
+          }
+          for (int64_t i = 0; i < kQkRows; ++i) {
+            uint16_t* prow = p16.data() + i * kKBlock;
+            const int64_t valid = r + i < tile ? ValidKeys(positions, r0 + r + i, b0, nb) : 0;
+            if (valid > 0) {
+              const float rescale =
+                  SoftmaxStepBf16(s.data() + i * kKBlock, valid, &max[r + i], &sum[r + i], prow);
+              float* oi = o.data() + (r + i) * hd;
+              for (int64_t d = 0; d < hd; ++d) oi[d] *= rescale;
+            }
+            const int64_t written = (valid + 15) / 16 * 16;
+            std::fill(prow + written, prow + kKBlock, uint16_t{0});
+          }
+          PvRows(pp, kKBlock / 2, vh + b0 / 2 * hd, hd, (nb + 1) / 2, kQkRows, o.data() + r * hd);
+        }
+      }
+      for (int64_t i = 0; i < tile; ++i) {
+        const float inv = 1.0f / sum[i];
+        float* dst = out + (r0 + i) * ldq + h * hd;
+        for (int64_t d = 0; d < hd; ++d) dst[d] = o[static_cast<size_t>(i * hd + d)] * inv;
+      }
+    }
+  });
+}
+
+#pragma GCC diagnostic pop
+#endif  // HYPIC_BF16_ATTENTION
+
+}  // namespace
+
+bool HasBf16Attention(int64_t head_dim) {
+#ifdef HYPIC_BF16_ATTENTION
+  return head_dim % 16 == 0 && head_dim <= 512;
+#else
+  (void)head_dim;
+  return false;
+#endif
+}
+
+void CausalAttention(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                     float* out, std::span<const int64_t> positions,
+                     std::vector<uint32_t>* pack_buffer) {
+  if (positions.empty()) return;
+#ifdef HYPIC_BF16_ATTENTION
+  if (shape.bf16_products && HasBf16Attention(shape.head_dim) &&
+      static_cast<int64_t>(positions.size()) >= kBf16AttentionMinRows) {
+    AttentionBf16(shape, q, k, v, out, positions, pack_buffer);
+    return;
+  }
+#else
+  (void)pack_buffer;
+#endif
+  AttentionF32(shape, q, k, v, out, positions);
+}
+
+}  // namespace hypic::model

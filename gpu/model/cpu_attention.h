@@ -1,0 +1,45 @@
+// Causal GQA softmax attention on the CPU, flash-style: per (head, query tile) the keys go by in
+// blocks with an online softmax (running max and sum per row, the output accumulated
+// unnormalised and rescaled when the max grows), so a block's scores stay in cache however long
+// the context. Two precisions for the two products QK^T and PV:
+//   - fp32 (AttentionShape::bf16_products false): dnnl_sgemm per block; the f32 path, held to
+//     the float64 reference's tolerances.
+//   - bf16 (true, the bf16-weights path): one fused kernel on AVX512-BF16 dot products
+//     (vdpbf16ps). Q (already scaled by 1/sqrt(head_dim)), K, V and the block's
+//     probabilities are rounded to bf16, round-to-nearest-even; products accumulate in fp32;
+//     the softmax (max, exp, sum, rescale) and the output are fp32. K and V are packed once
+//     per call into the kernel's layouts, so calls with few query rows (a decode step) keep
+//     the fp32 products: kBf16AttentionMinRows.
+// Either way a row's output depends only on its position and on K/V, never on which other
+// rows share the call, and not on the thread count: a compose's seam row equals the same row
+// of a full prefill bit for bit, given the same K/V.
+//
+// Buffers are fp32, row-major, caller-owned. Threads: one ParallelFor over (head, tile) items on
+// the calling thread's compute budget (gpu/cpu/compute_threads.h). Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "gpu/model/forward_kernels.h"
+
+namespace hypic::model {
+
+// Fewer query rows than this take the fp32 products even when bf16 ones are asked for.
+inline constexpr int64_t kBf16AttentionMinRows = 16;
+
+// True when this build has the fused bf16 kernel (compiled for AVX512-BF16) and the head size
+// suits it (a multiple of 16, at most 512); otherwise bf16_products falls back to fp32.
+bool HasBf16Attention(int64_t head_dim);
+
+// One query row per entry of `positions` (non-decreasing): row r attends keys and values at
+// positions [0, positions[r]]. q/out: [rows, heads, head_dim] (q unscaled); k/v: [positions,
+// kv_heads, head_dim]. Scores are scaled by 1/sqrt(head_dim). *pack_buffer holds the bf16
+// products' packed K and V (grown as needed, kept by the caller for its next call: 2 bytes
+// per element of k and v).
+void CausalAttention(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                     float* out, std::span<const int64_t> positions,
+                     std::vector<uint32_t>* pack_buffer);
+
+}  // namespace hypic::model

@@ -1,0 +1,193 @@
+// CausalAttention against a float64 softmax attention, in both precisions of its products, and
+// the properties the compose relies on: a row's output does not depend on which other rows share
+// the call, nor on the thread count.
+#include "gpu/model/cpu_attention.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/dtype.h"
+#include "gpu/cpu/compute_threads.h"
+#include "tests/support/seeded_rng.h"
+
+namespace hypic::model {
+namespace {
+
+struct Case {
+  AttentionShape shape;
+  std::vector<int64_t> positions;
+  std::vector<float> q, k, v;  // q: [rows, heads, hd]; k, v: [keys, kv_heads, hd]
+};
+
+Case MakeCase(int64_t heads, int64_t kv_heads, int64_t hd, std::vector<int64_t> positions,
+              uint64_t seed) {
+  Case c{{heads, kv_heads, hd}, std::move(positions), {}, {}, {}};
+  testing::SeededRng rng(seed);
+  const auto rows = static_cast<int64_t>(c.positions.size());
+  const int64_t keys = c.positions.back() + 1;
+  // Unit-variance q and k per element: logits q.k / sqrt(hd) of unit scale, as after q/k norms.
+  c.q = rng.NormalVector(static_cast<size_t>(rows * heads * hd));
+  c.k = rng.NormalVector(static_cast<size_t>(keys * kv_heads * hd));
+  c.v = rng.NormalVector(static_cast<size_t>(keys * kv_heads * hd));
+  return c;
+}
+
+std::vector<int64_t> Contiguous(int64_t from, int64_t n) {
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = from + i;
+  return p;
+}
+
+float RoundBf16(float x) { return Bf16ToF32(F32ToBf16(x)); }
+
+// float64 softmax attention; with bf16 operands q (scaled), k and v are first rounded as the
+// bf16 kernel rounds them.
+std::vector<double> Reference(const Case& c, bool bf16_operands) {
+  const int64_t nh = c.shape.heads, hd = c.shape.head_dim, group = nh / c.shape.kv_heads;
+  const int64_t ldq = nh * hd, ldk = c.shape.kv_heads * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  auto op = [&](float x) { return static_cast<double>(bf16_operands ? RoundBf16(x) : x); };
+  std::vector<double> out(c.q.size());
+  for (size_t r = 0; r < c.positions.size(); ++r) {
+    const int64_t keys = c.positions[r] + 1;
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t g = h / group;
+      std::vector<double> s(static_cast<size_t>(keys));
+      double mx = -1e300;
+      for (int64_t j = 0; j < keys; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < hd; ++d) {
+          const float qs =
+              bf16_operands ? c.q[r * ldq + h * hd + d] * scale : c.q[r * ldq + h * hd + d];
+          dot += op(qs) * op(c.k[j * ldk + g * hd + d]);
+        }
+        s[static_cast<size_t>(j)] = bf16_operands ? dot : dot * scale;
+        mx = std::max(mx, s[static_cast<size_t>(j)]);
+      }
+      double sum = 0;
+      for (double& x : s) sum += x = std::exp(x - mx);
+      for (int64_t d = 0; d < hd; ++d) {
+        double acc = 0;
+        for (int64_t j = 0; j < keys; ++j) {
+          acc += s[static_cast<size_t>(j)] * op(c.v[j * ldk + g * hd + d]);
+        }
+        out[r * ldq + h * hd + d] = acc / sum;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<float> Run(const Case& c, bool bf16, int threads) {
+  cpu::ScopedComputeThreads budget(threads);
+  AttentionShape shape = c.shape;
+  shape.bf16_products = bf16;
+  std::vector<float> out(c.q.size(), -1.0f);
+  std::vector<uint32_t> pack;
+  CausalAttention(shape, c.q.data(), c.k.data(), c.v.data(), out.data(), c.positions, &pack);
+  return out;
+}
+
+double MaxAbsError(const std::vector<float>& got, const std::vector<double>& want) {
+  double e = 0;
+  for (size_t i = 0; i < got.size(); ++i) e = std::max(e, std::abs(got[i] - want[i]));
+  return e;
+}
+
+double MaxAbs(const std::vector<float>& x) {
+  double m = 0;
+  for (float f : x) m = std::max(m, static_cast<double>(std::abs(f)));
+  return m;
+}
+
+// Every tested shape: the small model's (8 heads over 2, hd 64), the tiny model's (hd 16), hd
+// 128, 256 and 48 (every column chunk of the PV kernel), MHA; rows that are not a multiple of the
+// tiles, key counts that cross the key blocks, and a compose-like set of rows (seams spread over a
+// long context).
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  cases.push_back(MakeCase(8, 2, 64, Contiguous(0, 300), 1));
+  cases.push_back(MakeCase(4, 1, 128, Contiguous(0, 157), 2));
+  cases.push_back(MakeCase(2, 2, 256, Contiguous(0, 70), 3));
+  cases.push_back(MakeCase(4, 2, 16, Contiguous(0, 90), 5));  // the tiny model's
+  cases.push_back(MakeCase(2, 1, 48, Contiguous(0, 40), 6));  // chunks of 2 and 1 vectors
+  std::vector<int64_t> seams;
+  for (int64_t s = 0; s < 6; ++s) {
+    for (int64_t i = 0; i < 5; ++i) seams.push_back(s * 97 + i);
+  }
+  for (int64_t i = 0; i < 9; ++i) seams.push_back(600 + i);
+  cases.push_back(MakeCase(8, 2, 64, seams, 4));
+  return cases;
+}
+
+TEST_CASE("fp32 products match a float64 attention") {
+  for (const Case& c : Cases()) {
+    CAPTURE(c.shape.head_dim);
+    CAPTURE(c.positions.size());
+    const double err = MaxAbsError(Run(c, false, 2), Reference(c, false));
+    CHECK(err <= 1e-5 * MaxAbs(c.v));
+  }
+}
+
+TEST_CASE(
+    "bf16 products: within the probabilities' rounding of a float64 attention on the "
+    "rounded operands") {
+  if (!HasBf16Attention(64)) {
+    MESSAGE("skipped: this build has no AVX512-BF16 attention kernel (bf16 falls back to fp32)");
+    return;
+  }
+  for (const Case& c : Cases()) {
+    CAPTURE(c.shape.head_dim);
+    CAPTURE(c.positions.size());
+    REQUIRE(HasBf16Attention(c.shape.head_dim));
+    // With q, k and v rounded as the kernel rounds them, what remains is each probability's
+    // bf16 rounding (relative 2^-9: |sum_j p_j d_j v_j| / sum_j p_j <= 2^-9 max |v|) and fp32
+    // accumulation (1e-5 leaves it two orders of magnitude).
+    const std::vector<float> got = Run(c, true, 2);
+    const double bound = (std::ldexp(1.0, -9) + 1e-5) * MaxAbs(c.v);
+    CHECK(MaxAbsError(got, Reference(c, true)) <= bound);
+    // And the kernel did round: against the unrounded operands it is off by more than fp32.
+    CHECK(MaxAbsError(got, Reference(c, false)) > 1e-4 * MaxAbs(c.v));
+  }
+}
+
+TEST_CASE("a row's output does not depend on the call's other rows nor on the thread count") {
+  for (bool bf16 : {false, true}) {
+    CAPTURE(bf16);
+    const Case all = MakeCase(8, 2, 64, Contiguous(0, 400), 7);
+    const std::vector<float> full = Run(all, bf16, 2);
+    CHECK(Run(all, bf16, 1) == full);
+    // Every third row and the last 20 (at least kBf16AttentionMinRows rows, so the same
+    // products apply), as a compose's seams and suffix are a subset of a prefill's rows.
+    Case some = all;
+    some.positions.clear();
+    for (int64_t r = 0; r < 400; ++r) {
+      if (r % 3 == 0 || r >= 380) some.positions.push_back(r);
+    }
+    REQUIRE(static_cast<int64_t>(some.positions.size()) >= kBf16AttentionMinRows);
+    const int64_t row = all.shape.heads * all.shape.head_dim;
+    some.q.clear();
+    for (int64_t r : some.positions) {
+      some.q.insert(some.q.end(), all.q.begin() + r * row, all.q.begin() + (r + 1) * row);
+    }
+    const std::vector<float> part = Run(some, bf16, 2);
+    for (size_t i = 0; i < some.positions.size(); ++i) {
+      const int64_t r = some.positions[i];
+      CAPTURE(r);
+      REQUIRE(std::memcmp(part.data() + static_cast<int64_t>(i) * row, full.data() + r * row,
+                          static_cast<size_t>(row) * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("fewer rows than kBf16AttentionMinRows take the fp32 products") {
+  const Case c = MakeCase(8, 2, 64, Contiguous(500, kBf16AttentionMinRows - 1), 9);
+  CHECK(Run(c, true, 2) == Run(c, false, 2));
+}
+
+}  // namespace
+}  // namespace hypic::model
