@@ -95,6 +95,7 @@ bool WaitPid(pid_t pid, std::chrono::milliseconds timeout, int* code) {
 }  // namespace
 
 std::string ModelCacheDir() { return BinDir() + "/../e2e-models"; }
+std::string BinPath(const std::string& name) { return BinDir() + "/" + name; }
 
 Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options) {
   std::unique_ptr<Daemon> d(new Daemon());

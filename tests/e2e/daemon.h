@@ -123,6 +123,8 @@ class RawConn {
 // Where Daemon::Start's daemons generate and find the built-in models (shared by the tests of
 // one build tree), so a test can load the daemon's model in-process.
 std::string ModelCacheDir();
+// The path of a built binary (hypicctl, hypic-op) beside hypicd.
+std::string BinPath(const std::string& name);
 
 // Bytes of a string, for bodies.
 protocol::Bytes AsBytes(std::string_view s);

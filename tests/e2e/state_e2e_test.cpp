@@ -15,8 +15,12 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <thread>
 
@@ -134,13 +138,20 @@ struct Fixture {
   Decoded reference;  // after FullPrefill of the whole prompt
   std::vector<uint32_t> prompt;
 
-  explicit Fixture(std::vector<std::string> args = {}) {
+  std::vector<std::string> args_;
+
+  explicit Fixture(std::vector<std::string> args = {}) : args_(std::move(args)) {
     DaemonOptions o;
-    o.args = std::move(args);
+    o.args = args_;
     auto d = Daemon::Start(o);
     REQUIRE_OK(d);
     daemon = std::move(d).value();
-    auto m = model::LoadModel("builtin:tiny", ModelCacheDir());
+    // The daemon's weights precision, so both run the same kernels (the fingerprints agree).
+    model::ReadOptions read;
+    if (std::find(args_.begin(), args_.end(), "f32") != args_.end()) {
+      read.weights = model::WeightsDType::kF32;
+    }
+    auto m = model::LoadModel("builtin:tiny", ModelCacheDir(), read);
     REQUIRE_OK(m);
     model = *m;
     prompt = AllTokens(Prompt(ComposeMode::kFull));
@@ -157,11 +168,13 @@ protocol::ComposeReply ComposeOver(client::Client& c, ComposeMode mode, DType dt
 }
 
 TEST_CASE("decoding from the state COMPOSE returned: full and oracle match FullPrefill exactly") {
-  // Oracle entries are exact only when stored exactly: the default entry_dtype rounds S, the conv
-  // tail and K/V to bf16 (docs/entry-precision.md).
-  Fixture f({"--entry-dtype", "f32"});
+  // Oracle entries are exact only when stored exactly (the default entry_dtype rounds S, the
+  // conv tail and K/V to bf16, docs/entry-precision.md) and computed in fp32: with bf16 GEMM
+  // weights the attention takes bf16 products, whose rounding depends on the row blocking.
+  Fixture f({"--entry-dtype", "f32", "--weights-dtype", "f32"});
   auto c = Connect(*f.daemon);
   REQUIRE(c->hello_reply()->model_fingerprint == f.model->fingerprint());
+  REQUIRE(f.model->weights_dtype() == DType::kF32);
   REQUIRE(c->hello_reply()->state_contract == protocol::kStateContractVersion);
   for (ComposeMode mode : {ComposeMode::kFull, ComposeMode::kOracle}) {
     CAPTURE(protocol::ComposeModeName(mode));
@@ -466,6 +479,68 @@ TEST_CASE("StateFromTensors refuses a state that breaks the contract, naming the
   auto no_layer = views;
   no_layer[0].layer = 99;
   expect(no_layer, 12, "the model has 4 layers");
+}
+
+}  // namespace
+}  // namespace hypic::e2e
+
+namespace hypic::e2e {
+namespace {
+
+// Runs a shell command; its stdout and exit code.
+std::pair<int, std::string> Shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+  int rc = ::pclose(p);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
+}
+
+TEST_CASE("hypicctl compose --save-state, then hypic-op decode: the FullPrefill tokens") {
+  if (::access(BinPath("hypicctl").c_str(), X_OK) != 0 ||
+      ::access(BinPath("hypic-op").c_str(), X_OK) != 0) {
+    MESSAGE("skipped: hypicctl or hypic-op is not built");
+    return;
+  }
+  Fixture f;
+  const std::string dir = f.daemon->data_dir();
+  protocol::ComposeRequest req = Prompt(ComposeMode::kFull);
+  {
+    FILE* parts = std::fopen((dir + "/parts.jsonl").c_str(), "w");
+    REQUIRE(parts != nullptr);
+    for (const auto& p : req.parts) {
+      std::string line = "[";
+      for (size_t i = 0; i < p.tokens.size(); ++i) {
+        line += (i ? "," : "") + std::to_string(p.tokens[i]);
+      }
+      std::fputs((line + "]\n").c_str(), parts);
+    }
+    std::fclose(parts);
+  }
+  const std::string addr = "--host 127.0.0.1 --port " + std::to_string(f.daemon->port());
+  for (const std::string dtype : {"f32", "bf16"}) {
+    CAPTURE(dtype);
+    const std::string state = dir + "/state-" + dtype + ".safetensors";
+    auto [rc, out] = Shell(BinPath("hypicctl") + " compose " + addr + " " + dir +
+                           "/parts.jsonl --raw 0 --raw 3 --mode full --save-state " + state +
+                           " --state-dtype " + dtype);
+    REQUIRE_MESSAGE(rc == 0, out);
+    auto [rc2, decoded] = Shell(BinPath("hypic-op") + " decode --model builtin:tiny --cache-dir " +
+                                ModelCacheDir() + " --state " + state + " --tokens 16");
+    REQUIRE_MESSAGE(rc2 == 0, decoded);
+    auto j = nlohmann::json::parse(decoded, nullptr, false);
+    REQUIRE_MESSAGE(!j.is_discarded(), decoded);
+    CHECK(j["n_positions"] == f.prompt.size());
+    if (dtype == "f32") CHECK(j["tokens"].get<std::vector<uint32_t>>() == f.reference.tokens);
+    CHECK(j["tokens"].size() == 16);
+  }
+  // Another model's decoder refuses the file.
+  auto [rc3, refused] = Shell(BinPath("hypic-op") + " decode --model builtin:small --cache-dir " +
+                              ModelCacheDir() + " --state " + dir + "/state-f32.safetensors");
+  CHECK(rc3 == 2);
+  CHECK_MESSAGE(refused.find("computed by model") != std::string::npos, refused);
 }
 
 }  // namespace
