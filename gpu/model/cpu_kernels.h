@@ -79,9 +79,13 @@ class CpuForwardKernels final : public ForwardKernels {
 
  private:
   // Working buffers, uninitialised, kept by the thread between passes (ScratchSet in the .cpp):
-  // a fresh pass would otherwise zero-fill and fault in tens of MiB every time.
+  // a fresh pass would otherwise zero-fill and fault in tens of MiB every time. Large ones are
+  // 2 MiB-aligned transparent huge pages (see Scratch).
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
   struct Buffer {
-    std::unique_ptr<float[]> data;
+    std::unique_ptr<float[], FreeDeleter> data;
     int64_t capacity = 0;
   };
   struct ScratchSet {
