@@ -8,10 +8,13 @@
 // f32), and the metadata hypic.state_contract, hypic.n_tokens, hypic.model_fingerprint,
 // hypic.model_name, hypic.mode and hypic.state_dtype. The state is received streamed, layer by
 // layer (ComposeStreaming), so it is never held twice. `hypic-op decode --state FILE` decodes
-// from it.
+// from it. --json also reports reply_s (request sent to last reply byte) and, with a state,
+// first_layer_s (to layer 0 complete) and state_bytes.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <set>
 
 #include "core/safetensors.h"
@@ -95,12 +98,20 @@ int RunCompose(const ComposeCtlOptions& opts) {
 
   Result<protocol::ComposeReply> reply = Internal("unset");
   SafetensorsWriter state;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point sent = Clock::now();
+  std::optional<double> first_layer_s;
+  uint64_t state_bytes = 0;
   if (req.return_state) {
     protocol::ComposeOptions options{*dtype, protocol::LogitsMode::kFull};
     reply = conn.client->ComposeStreaming(
         req, options,
         [&](uint32_t layer, std::vector<protocol::OwnedStreamTensor>& tensors) -> Status {
+          if (!first_layer_s) {
+            first_layer_s = std::chrono::duration<double>(Clock::now() - sent).count();
+          }
           for (auto& t : tensors) {
+            state_bytes += t.data.size();
             HYPIC_RETURN_IF_ERROR(
                 state.Add(fmt::format("layers.{}.{}", layer, KindFileName(t.kind)), t.dtype,
                           t.shape, std::span<const std::byte>(t.data)));
@@ -110,6 +121,7 @@ int RunCompose(const ComposeCtlOptions& opts) {
   } else {
     reply = conn.client->Compose(req);
   }
+  const double reply_s = std::chrono::duration<double>(Clock::now() - sent).count();
   if (!reply.ok()) return OperationFailed(opts.common, "compose", reply.status());
   if (req.return_state) {
     const auto& hello = *conn.client->hello_reply();
@@ -145,7 +157,12 @@ int RunCompose(const ComposeCtlOptions& opts) {
                         {"top", top},
                         {"total_us", t.total_us},
                         {"compose_us", t.compose_us}};
-    if (req.return_state) j["state_file"] = opts.save_state;
+    j["reply_s"] = reply_s;  // request sent -> last reply byte, as this client saw it
+    if (req.return_state) {
+      j["state_file"] = opts.save_state;
+      j["state_bytes"] = state_bytes;
+      j["first_layer_s"] = first_layer_s.value_or(reply_s);  // request sent -> layer 0 whole
+    }
     PrintJson(j);
     return kExitOk;
   }
