@@ -618,6 +618,36 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
     pr.n_tokens = static_cast<uint32_t>(mp.tokens.size());
     out.parts.push_back(pr);
   }
+  if (in.return_state) {
+    // Refuse a reply that cannot be sent before computing it: its size is known from the prompt
+    // length and the model (the same check runs on the composed reply below).
+    uint64_t n = 0;
+    for (const auto& p : out.parts) n += p.n_tokens;
+    const model::ModelConfig& c = model_->config();
+    uint64_t stream = 4;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const bool linear = c.layer_kinds[static_cast<size_t>(l)] == model::LayerKind::kLinear;
+      const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+      const uint64_t a = linear ? u(c.linear_value_heads * c.linear_key_dim * c.linear_value_dim)
+                                : n * u(c.num_kv_heads * c.head_dim);
+      const uint64_t b = linear ? u((c.conv_kernel - 1) * c.conv_channels()) : a;
+      stream += (linear ? 40 + 32 : 80) + (a + b) * DTypeSize(state_dtype);
+    }
+    const uint64_t vocab = static_cast<uint64_t>(c.vocab_size);
+    const uint64_t head = 4 + out.parts.size() * 22 + 40 + 4 + 4 +
+                          std::min<uint64_t>(in.top_k, vocab) * 8 + 4 +
+                          (reply_options.logits == protocol::LogitsMode::kFull ? vocab * 4 : 0) + 1;
+    const uint64_t limit = req.chunks ? config_.max_message_bytes : config_.max_body_bytes;
+    if (head + stream > limit) {
+      return TooLarge(fmt::format(
+          "the COMPOSE reply with its {} state would be {} bytes ({} tokens), over {} {}{}",
+          DTypeName(state_dtype), head + stream, n,
+          req.chunks ? "max_message_bytes" : "max_frame_body", limit,
+          req.chunks ? ""
+                     : "; announce CHUNKED in HELLO to receive it streamed (up to "
+                       "max_message_bytes), or ask for state_dtype bf16"));
+    }
+  }
   if (mode == model::ComposeMode::kOracle) {
     auto t0 = Clock::now();
     HYPIC_RETURN_IF_ERROR(
