@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/cpu/compute_threads.h"
 #include "gpu/cpu/gemm.h"
 #include "gpu/linear/linear_internal.h"
 #include "gpu/linear/linear_math.h"
@@ -258,12 +259,17 @@ void ComposeTransitionHead(TransitionForm form, const Shape& shape, int head, co
 void ApplyTransition(TransitionForm form, const Shape& shape, const float* transition,
                      const float* zero_state, float* state) {
   const int64_t n = int64_t{shape.dk} * shape.dv;
-  std::vector<float> tmp(n);
-  for (int h = 0; h < shape.value_heads; ++h) {
-    ApplyHead(form, shape, h, transition, state + h * n,
-              zero_state != nullptr ? zero_state + h * n : nullptr, tmp.data());
-    std::memcpy(state + h * n, tmp.data(), n * sizeof(float));
-  }
+  // Heads side by side, each on one thread: a head's product (dk x dk by dk x dv, 64^3 in
+  // anchor-small) is too small to split, and one GEMM per head on the whole budget paid a
+  // thread-team start per head.
+  cpu::ParallelFor(shape.value_heads, 1, [&](int64_t h0, int64_t h1) {
+    std::vector<float> tmp(n);
+    for (int64_t h = h0; h < h1; ++h) {
+      ApplyHead(form, shape, static_cast<int>(h), transition, state + h * n,
+                zero_state != nullptr ? zero_state + h * n : nullptr, tmp.data());
+      std::memcpy(state + h * n, tmp.data(), n * sizeof(float));
+    }
+  });
 }
 
 void NaiveAdd(const Shape& shape, const float* zero_state, float* state) {
@@ -274,10 +280,13 @@ void NaiveAdd(const Shape& shape, const float* zero_state, float* state) {
 void Combine(TransitionForm form, const Shape& shape, const float* t2, const float* s2,
              const float* t1, const float* s1, float* t_out, float* s_out) {
   const int64_t n = int64_t{shape.dk} * shape.dv;
-  for (int h = 0; h < shape.value_heads; ++h) {
-    ApplyHead(form, shape, h, t2, s1 + h * n, s2 + h * n, s_out + h * n);
-    ComposeTransitionHead(form, shape, h, t2, t1, t_out);
-  }
+  cpu::ParallelFor(shape.value_heads, 1, [&](int64_t h0, int64_t h1) {  // as ApplyTransition
+    for (int64_t h = h0; h < h1; ++h) {
+      const int head = static_cast<int>(h);
+      ApplyHead(form, shape, head, t2, s1 + h * n, s2 + h * n, s_out + h * n);
+      ComposeTransitionHead(form, shape, head, t2, t1, t_out);
+    }
+  });
 }
 
 void ApplySegments(TransitionForm form, const Shape& shape, int count,
