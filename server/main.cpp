@@ -6,11 +6,13 @@
 #include <vector>
 
 #include "core/logging.h"
+#include "core/malloc_tuning.h"
 #include "server/config.h"
 #include "server/server.h"
 
 int main(int argc, char** argv) {
   using namespace hypic::server;
+  hypic::TuneMallocForLargeBuffers();  // before any thread starts (core/malloc_tuning.h)
   std::vector<std::string> args(argv + 1, argv + argc);
   for (const auto& a : args) {
     if (a == "-h" || a == "--help") {

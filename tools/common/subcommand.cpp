@@ -3,6 +3,8 @@
 #include <map>
 #include <utility>
 
+#include "core/malloc_tuning.h"
+
 namespace hypic::tools {
 
 namespace {
@@ -23,6 +25,7 @@ bool RegisterSubcommand(std::string name, std::string help, Setup setup) {
 
 int RunSubcommandMain(const std::string& tool, const std::string& description, int argc,
                       char** argv) {
+  TuneMallocForLargeBuffers();  // before any thread: the same allocator behaviour as hypicd
   CLI::App app(description, tool);
   app.require_subcommand(1);
   std::map<CLI::App*, Action> actions;
