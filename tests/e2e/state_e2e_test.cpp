@@ -425,7 +425,8 @@ TEST_CASE("a client that stops reading mid-stream is closed by the write deadlin
   ReplyFrame r = RawCompose(*other, quick, {});
   CHECK(r.status() == StatusCode::kOk);
   CHECK(stalled->WaitClosed(10s));
-  CHECK((*d)->Stop(SIGTERM) == 0);
+  int code = (*d)->Stop(SIGTERM);
+  CHECK_MESSAGE(code == 0, (*d)->Log());
 }
 
 }  // namespace
