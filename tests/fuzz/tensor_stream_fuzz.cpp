@@ -1,7 +1,10 @@
 // Fuzzes the incremental tensor-stream parser against the one-shot decoder. The first input
 // byte picks the piece size the stream is fed in (1..32, or whole), the rest is the stream.
 // The parser must accept exactly what DecodeTensorStream accepts and yield the same tensors,
-// whatever the split; a tensor limit below a tensor's size must fail, never allocate it.
+// whatever the split; a tensor limit below a tensor's size must fail, never allocate it. The same
+// bytes are also read as a COMPOSE reply: ComposeReplyHeadSize must agree with Decode (a reply
+// that decodes has its head exactly where the state begins) and never claim more bytes than it
+// was given.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -10,10 +13,25 @@
 #include "protocol/messages.h"
 #include "protocol/tensor_stream_parser.h"
 
+namespace {
+
+void CheckComposeHead(hypic::protocol::ByteSpan bytes) {
+  auto head = hypic::protocol::ComposeReplyHeadSize(bytes);
+  if (head.ok() && head->has_value() && **head > bytes.size()) std::abort();
+  auto reply = hypic::protocol::Decode<hypic::protocol::ComposeReply>(bytes);
+  if (!reply.ok()) return;
+  if (!head.ok() || !head->has_value()) std::abort();
+  const size_t state = reply->has_state ? reply->state.size() : 0;
+  if (**head != bytes.size() - state) std::abort();
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const size_t piece = data[0] % 33 == 0 ? size : data[0] % 33;
   hypic::protocol::ByteSpan stream(reinterpret_cast<const std::byte*>(data + 1), size - 1);
+  CheckComposeHead(stream);
   auto whole = hypic::protocol::DecodeTensorStream(stream);
   std::vector<hypic::protocol::OwnedStreamTensor> got;
   hypic::protocol::TensorStreamParser parser(
