@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -100,24 +99,50 @@ float* CpuForwardKernels::Scratch(int slot, int64_t n) {
   if (slots.size() <= static_cast<size_t>(slot)) slots.resize(static_cast<size_t>(slot) + 1);
   Buffer& b = slots[static_cast<size_t>(slot)];
   if (b.capacity < n) {
-    // From 4 MiB up (a long prompt's activations: 64 KiB and more per token), 2 MiB-aligned
-    // and advised as transparent huge pages, so a pass faults in 2 MiB pages rather than
+    // From 4 MiB up (a long prompt's activations: 64 KiB and more per token) a mapping of its
+    // own, advised as transparent huge pages, so a pass faults in 2 MiB pages rather than
     // 4 KiB ones (a 16k-token pass touches about a GiB of scratch) and the GEMMs' operands
-    // miss the TLB less. Without THP (or with it off) the advice is a no-op.
+    // miss the TLB less; kept out of malloc's heap, whose blocks THP would have to split.
+    // Without THP (or with it off) the advice is a no-op.
     constexpr size_t kHugePage = size_t{2} << 20;
-    size_t bytes = static_cast<size_t>(n) * sizeof(float);
-    const bool huge = bytes >= 2 * kHugePage;
-    if (huge) bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    void* p = std::aligned_alloc(huge ? kHugePage : alignof(std::max_align_t), bytes);
-    if (p == nullptr) throw std::bad_alloc();
-    if (huge) madvise(p, bytes, MADV_HUGEPAGE);
-    b.data.reset(static_cast<float*>(p));
-    b.capacity = n;
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    Buffer fresh;
+    if (bytes >= 2 * kHugePage) {
+      fresh.mapped_bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+      void* p = mmap(nullptr, fresh.mapped_bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      madvise(p, fresh.mapped_bytes, MADV_HUGEPAGE);
+      fresh.data = static_cast<float*>(p);
+    } else {
+      fresh.data = new float[static_cast<size_t>(n)];
+    }
+    fresh.capacity = n;
+    b = std::move(fresh);
   }
-  return b.data.get();
+  return b.data;
 }
 
-void CpuForwardKernels::FreeDeleter::operator()(float* p) const { std::free(p); }
+CpuForwardKernels::Buffer::Buffer(Buffer&& other) noexcept
+    : data(std::exchange(other.data, nullptr)),
+      capacity(std::exchange(other.capacity, 0)),
+      mapped_bytes(std::exchange(other.mapped_bytes, 0)) {}
+
+CpuForwardKernels::Buffer& CpuForwardKernels::Buffer::operator=(Buffer&& other) noexcept {
+  Buffer old(std::move(other));  // this one's memory leaves with `old`
+  std::swap(data, old.data);
+  std::swap(capacity, old.capacity);
+  std::swap(mapped_bytes, old.mapped_bytes);
+  return *this;
+}
+
+CpuForwardKernels::Buffer::~Buffer() {
+  if (mapped_bytes > 0) {
+    munmap(data, mapped_bytes);
+  } else {
+    delete[] data;
+  }
+}
 
 void CpuForwardKernels::Embed(DeviceWeight table, std::span<const uint32_t> tokens, int64_t dim,
                               float* x) {

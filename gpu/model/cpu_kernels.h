@@ -80,13 +80,15 @@ class CpuForwardKernels final : public ForwardKernels {
  private:
   // Working buffers, uninitialised, kept by the thread between passes (ScratchSet in the .cpp):
   // a fresh pass would otherwise zero-fill and fault in tens of MiB every time. Large ones are
-  // 2 MiB-aligned transparent huge pages (see Scratch).
-  struct FreeDeleter {
-    void operator()(float* p) const;
-  };
+  // their own mappings in transparent huge pages (see Scratch).
   struct Buffer {
-    std::unique_ptr<float[], FreeDeleter> data;
+    Buffer() = default;
+    Buffer(Buffer&& other) noexcept;
+    Buffer& operator=(Buffer&& other) noexcept;
+    ~Buffer();
+    float* data = nullptr;
     int64_t capacity = 0;
+    size_t mapped_bytes = 0;  // > 0: an mmap of that size, else from operator new[]
   };
   struct ScratchSet {
     std::vector<Buffer> slots;
