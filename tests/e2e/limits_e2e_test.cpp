@@ -192,13 +192,16 @@ TEST_CASE("compute queue: BUSY at once when full, DEADLINE_EXCEEDED when late") 
   CHECK(busy >= 1);
   CHECK(ok + busy == kRequests);
 
-  // A deadline shorter than the work ahead of it: DEADLINE_EXCEEDED, not a late answer.
+  // A deadline shorter than the work ahead of it: DEADLINE_EXCEEDED, not a late answer. The
+  // work ahead is long enough (2,000 tokens) that it is still running when the second request
+  // arrives, however fast the compute or slow the session's reader on a loaded machine.
   for (int i = 0; i < 2; ++i) {
     protocol::ComposeRequest req;
     req.mode = protocol::ComposeMode::kFull;
     protocol::ComposePart part;
     part.kind = protocol::PartKind::kRaw;
-    for (uint32_t t = 0; t < 200; ++t) part.tokens.push_back((t * 5 + i) % 250);
+    const uint32_t tokens = i == 0 ? 2000 : 200;
+    for (uint32_t t = 0; t < tokens; ++t) part.tokens.push_back((t * 5 + i) % 250);
     req.parts = {part};
     protocol::FrameHeader h;
     h.opcode = Opcode::kCompose;
