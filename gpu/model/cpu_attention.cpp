@@ -120,8 +120,10 @@ void AttentionF32(const AttentionShape& shape, const float* q, const float* k, c
 #ifdef HYPIC_BF16_ATTENTION
 // GCC 12's AVX-512 headers pass _mm512_undefined_ps() as the unused operand of the unmasked
 // forms, which -Wmaybe-uninitialized reports once inlined (GCC bug 105593, fixed in 13).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 // The fused bf16 kernel. Operands are bf16 pairs held as uint32 (low half the even element),
 // the unit vdpbf16ps multiplies: lane l of dst += a[2l] * b[2l] + a[2l + 1] * b[2l + 1].
@@ -408,7 +410,9 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
   });
 }
 
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif  // HYPIC_BF16_ATTENTION
 
 }  // namespace
