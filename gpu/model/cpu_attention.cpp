@@ -134,6 +134,10 @@ constexpr int64_t kKeyGroup = 16;
 
 inline __m512bh AsBf16(__m512i x) { return reinterpret_cast<const __m512bh&>(x); }
 
+// A bf16 pair read out of uint16_t storage (Q, the probabilities, a K row): may_alias, so the
+// 32-bit reads are ordered after the 16-bit writes.
+typedef uint32_t Bf16PairAlias __attribute__((may_alias));
+
 // K and V of every kv head in the kernels' layouts, keys padded with zeros to kKBlock, into
 // *buffer (k, then v; each `keys_pad * head_dim / 2` pairs per head):
 //   k: per head, groups of 16 keys; per group the head's dimension pairs in order; per pair 16
@@ -162,7 +166,7 @@ PackedKv PackKv(const AttentionShape& shape, const float* k, const float* v, int
       const int64_t g = item / blocks, b0 = (item % blocks) * kKBlock;
       const int64_t n = std::min(kKBlock, keys - b0);
       std::fill(rows16.begin() + n * hd, rows16.end(), uint16_t{0});
-      const auto* rows32 = reinterpret_cast<const uint32_t*>(rows16.data());
+      const auto* rows32 = reinterpret_cast<const Bf16PairAlias*>(rows16.data());
 
       cpu::ConvertRowsToBf16(k + b0 * ldk + g * hd, ldk, n, hd, rows16.data(), hd);
       uint32_t* kd = kp + g * per_head + b0 * pairs;
@@ -267,7 +271,7 @@ template <int N, class F>
 
 // s[r][j] = q_r . k_j for kQkRows rows of qp (pairs per row) and the 32 keys of the two key
 // groups at kp (a group is pairs * 16 lanes).
-void QkTile(const uint32_t* qp, int64_t pairs, const uint32_t* kp, float* s, int64_t lds) {
+void QkTile(const Bf16PairAlias* qp, int64_t pairs, const uint32_t* kp, float* s, int64_t lds) {
   __m512 acc[kQkRows][2];
   Unroll<kQkRows>([&](auto r) { acc[r][0] = acc[r][1] = _mm512_setzero_ps(); });
   const uint32_t* kp1 = kp + pairs * kKeyGroup;
@@ -290,7 +294,7 @@ void QkTile(const uint32_t* qp, int64_t pairs, const uint32_t* kp, float* s, int
 // each row's probabilities as bf16 pairs (row stride ldp), vp the packed V at the first pair
 // and column (pair stride ldv).
 template <int kCols, int kRows>
-void PvTile(const uint32_t* pp, int64_t ldp, const uint32_t* vp, int64_t ldv, int64_t pairs,
+void PvTile(const Bf16PairAlias* pp, int64_t ldp, const uint32_t* vp, int64_t ldv, int64_t pairs,
             float* o, int64_t ldo) {
   __m512 acc[kRows][kCols];
   Unroll<kRows>([&](auto r) {
@@ -311,13 +315,13 @@ void PvTile(const uint32_t* pp, int64_t ldp, const uint32_t* vp, int64_t ldv, in
 
 // PV for `rows` rows (a multiple of 8) of o (row stride hd), every column of the head, in
 // column chunks of 8, 4, 2 or 1 vectors (16 or 8 accumulators).
-void PvRows(const uint32_t* pp, int64_t ldp, const uint32_t* vp, int64_t hd, int64_t pairs,
+void PvRows(const Bf16PairAlias* pp, int64_t ldp, const uint32_t* vp, int64_t hd, int64_t pairs,
             int64_t rows, float* o) {
   for (int64_t c0 = 0; c0 < hd;) {
     const int64_t left = (hd - c0) / 16;
     const int64_t cols = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
     for (int64_t r = 0; r < rows;) {
-      const uint32_t* p = pp + r * ldp;
+      const Bf16PairAlias* p = pp + r * ldp;
       float* orow = o + r * hd + c0;
       switch (cols) {
         case 8:
@@ -357,8 +361,8 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
     std::vector<float> o(static_cast<size_t>(kQTile * hd)), max(kQTile), sum(kQTile);
     std::vector<uint16_t> q16(static_cast<size_t>(kQTile * hd));
     std::vector<uint16_t> p16(static_cast<size_t>(kQkRows * kKBlock));
-    const auto* qp = reinterpret_cast<const uint32_t*>(q16.data());
-    const auto* pp = reinterpret_cast<const uint32_t*>(p16.data());
+    const auto* qp = reinterpret_cast<const Bf16PairAlias*>(q16.data());
+    const auto* pp = reinterpret_cast<const Bf16PairAlias*>(p16.data());
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t h = item / tiles, r0 = (item % tiles) * kQTile, g = h / group;
       const int64_t tile = std::min(kQTile, rows - r0);
