@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <utility>
 #include <vector>
@@ -48,27 +50,84 @@ void RmsNormZeroCentred(const float* x, int64_t ldx, const float* w, float* y, i
   });
 }
 
-void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
-               int64_t rotary_dim, double theta, int64_t pos0) {
+namespace {
+
+// RoPE's (cos, sin) by position, [positions, 2 * half] (the cos half, then the sin half), the
+// floats RopeCosSin gives, kept per (theta, rotary_dim) and grown as longer prompts come: every
+// compose rotates all of its cached keys again (16k positions x 8 frequencies of double
+// sin/cos per attention layer, ~7% of a warm compose, otherwise). Positions from
+// kRopeTablePositions up are computed as before. Thread-safe: a reader keeps its snapshot.
+constexpr int64_t kRopeTablePositions = int64_t{1} << 17;
+
+struct RopeTable {
+  double theta = 0;
+  int64_t rotary_dim = 0;
+  int64_t positions = 0;
+  std::shared_ptr<const std::vector<float>> cs;
+};
+
+void FillRopeRows(double theta, int64_t rotary_dim, int64_t pos0, int64_t rows, float* cs) {
   const int64_t half = rotary_dim / 2;
-  if (half == 0) return;
   std::vector<double> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
     inv_freq[static_cast<size_t>(i)] = RopeInvFreq(theta, i, rotary_dim);
   }
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = cs + r * 2 * half;
+    for (int64_t i = 0; i < half; ++i) {
+      RopeCosSin(pos0 + r, inv_freq[static_cast<size_t>(i)], &row[i], &row[half + i]);
+    }
+  }
+}
+
+RopeTable SharedRopeTable(double theta, int64_t rotary_dim, int64_t positions) {
+  static std::mutex mu;
+  static std::vector<RopeTable> tables;  // one per (theta, rotary_dim) seen
+  positions = std::min(positions, kRopeTablePositions);
+  {
+    std::lock_guard lock(mu);
+    for (const RopeTable& t : tables) {
+      if (t.theta == theta && t.rotary_dim == rotary_dim && t.positions >= positions) return t;
+    }
+  }
+  RopeTable t{theta, rotary_dim, std::min(kRopeTablePositions, (positions + 4095) / 4096 * 4096),
+              nullptr};
+  auto cs = std::make_shared<std::vector<float>>(static_cast<size_t>(t.positions * rotary_dim));
+  cpu::ParallelFor(t.positions, 512, [&](int64_t r0, int64_t r1) {
+    FillRopeRows(theta, rotary_dim, r0, r1 - r0, cs->data() + r0 * rotary_dim);
+  });
+  t.cs = std::move(cs);
+  std::lock_guard lock(mu);
+  for (RopeTable& old : tables) {
+    if (old.theta == theta && old.rotary_dim == rotary_dim) {
+      if (old.positions < t.positions) old = t;
+      return old;
+    }
+  }
+  tables.push_back(t);
+  return t;
+}
+
+}  // namespace
+
+void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
+               int64_t rotary_dim, double theta, int64_t pos0) {
+  const int64_t half = rotary_dim / 2;
+  if (half == 0 || rows <= 0) return;
+  const RopeTable table = SharedRopeTable(theta, rotary_dim, pos0 + rows);
   cpu::ParallelFor(rows, 256, [&](int64_t r0, int64_t r1) {
-    std::vector<float> cs(static_cast<size_t>(2 * half));
+    std::vector<float> computed(static_cast<size_t>(2 * half));
     for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t i = 0; i < half; ++i) {
-        RopeCosSin(pos0 + r, inv_freq[static_cast<size_t>(i)], &cs[static_cast<size_t>(i)],
-                   &cs[static_cast<size_t>(half + i)]);
+      const int64_t pos = pos0 + r;
+      const float* cs = table.cs->data() + pos * 2 * half;
+      if (pos >= table.positions) {  // past the table: as RopeCosSin gives them
+        FillRopeRows(theta, rotary_dim, pos, 1, computed.data());
+        cs = computed.data();
       }
       for (int64_t h = 0; h < heads; ++h) {
         float* p = x + r * ld + h * head_dim;
-        for (int64_t i = 0; i < half; ++i) {
-          linear::RotatePair(p[i], p[i + half], cs[static_cast<size_t>(i)],
-                             cs[static_cast<size_t>(half + i)]);
-        }
+        for (int64_t i = 0; i < half; ++i)
+          linear::RotatePair(p[i], p[i + half], cs[i], cs[half + i]);
       }
     }
   });
