@@ -24,6 +24,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "cl
 import hypic_client as hc  # noqa: E402
 
 HYPICD = os.environ.get("HYPICD", "")
+try:  # the client's optional numpy path (python_client_numpy_test runs Debian's python3-numpy)
+    import numpy as NUMPY
+except ImportError:
+    NUMPY = None
+if os.environ.get("HYPIC_EXPECT_NUMPY") and NUMPY is None:
+    raise SystemExit("HYPIC_EXPECT_NUMPY is set but numpy is not importable")
 # The tiny built-in model, generated on the first start and shared by the daemons of this run.
 MODEL_CACHE = os.environ.get("HYPIC_TEST_MODEL_CACHE", "")
 
@@ -395,6 +401,18 @@ class DaemonTest(unittest.TestCase):
                 hy = struct.unpack(f"<{len(fx)}H", hs[i].data)
                 rne = [((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF for u in fx]
                 self.assertEqual(list(hy), rne)
+                if NUMPY is not None:  # numpy arrays of the contract's shape, the same values
+                    self.assertIsInstance(x.array, NUMPY.ndarray)
+                    self.assertEqual(x.array.shape, tuple(x.shape))
+                    self.assertEqual(x.array.dtype, NUMPY.float32)
+                    self.assertEqual(x.array.tobytes(), fs[i].data)
+                    self.assertEqual(y.array.shape, tuple(y.shape))
+                    self.assertEqual(y.array.dtype, NUMPY.uint16)  # bf16 bit patterns
+                    self.assertEqual(y.array.ravel().tolist(), rne)
+                    widened = hc.bf16_to_f32(y.array)
+                    self.assertEqual(widened.dtype, NUMPY.float32)
+                    self.assertEqual(widened.tobytes(),
+                                     struct.pack(f"<{len(rne)}I", *[h << 16 for h in rne]))
 
 
 @unittest.skipUnless(HYPICD, "HYPICD (path to the hypicd binary) is not set")
