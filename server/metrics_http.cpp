@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -17,16 +19,29 @@ namespace {
 
 constexpr size_t kMaxRequestBytes = 8192;
 constexpr int kReadDeadlineMs = 1000;
+constexpr int kWriteDeadlineMs = 5000;
 constexpr int kPollIntervalMs = 100;
 
-void SendAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      return;
+// Writes all of `data` unless the client stops reading: non-blocking sends, waiting for the
+// socket in slices of kPollIntervalMs, gives up after kWriteDeadlineMs or on Stop. So a client
+// that never reads its response holds the (one-at-a-time) endpoint for at most 5 s.
+void SendAll(int fd, std::string_view data, const std::atomic<bool>& stop) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(kWriteDeadlineMs);
+  while (!data.empty() && !stop) {
+    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
     }
-    data.remove_prefix(static_cast<size_t>(n));
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) return;
+    pollfd p{fd, POLLOUT, 0};
+    ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, kPollIntervalMs)));
   }
 }
 
@@ -107,7 +122,8 @@ void MetricsHttpEndpoint::ServeOne(int fd) {
   while (request.find("\r\n\r\n") == std::string::npos &&
          request.find("\n\n") == std::string::npos) {
     if (request.size() > kMaxRequestBytes) {
-      SendAll(fd, Response(431, "Request Header Fields Too Large", "text/plain", "too large\n"));
+      SendAll(fd, Response(431, "Request Header Fields Too Large", "text/plain", "too large\n"),
+              stop_);
       return;
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -122,7 +138,7 @@ void MetricsHttpEndpoint::ServeOne(int fd) {
   std::string_view line(request);
   line = line.substr(0, line.find_first_of("\r\n"));
   if (line.rfind("GET ", 0) != 0 && line.rfind("HEAD ", 0) != 0) {
-    SendAll(fd, Response(405, "Method Not Allowed", "text/plain", "only GET\n"));
+    SendAll(fd, Response(405, "Method Not Allowed", "text/plain", "only GET\n"), stop_);
     return;
   }
   std::string_view target = line.substr(line.find(' ') + 1);
@@ -133,7 +149,7 @@ void MetricsHttpEndpoint::ServeOne(int fd) {
                   const std::string& body) {
     std::string r = Response(code, reason, type, body);
     if (head_only) r.resize(r.size() - body.size());
-    SendAll(fd, r);
+    SendAll(fd, r, stop_);
   };
   if (target == "/healthz" || target == "/readyz") {
     Health h = health_ ? health_() : Health{};
@@ -147,7 +163,8 @@ void MetricsHttpEndpoint::ServeOne(int fd) {
     return;
   }
   if (target != "/metrics") {
-    SendAll(fd, Response(404, "Not Found", "text/plain", "try /metrics, /healthz or /readyz\n"));
+    SendAll(fd, Response(404, "Not Found", "text/plain", "try /metrics, /healthz or /readyz\n"),
+            stop_);
     return;
   }
   send(200, "OK", "text/plain; version=0.0.4", render_());

@@ -8,7 +8,8 @@
 // its request path formatting) on the first scrape in builds that link the CUDA runtime, which
 // would take the whole daemon down. A scrape endpoint needs none of civetweb's features, so one
 // thread with poll() and bounded reads serves it. Requests are handled one at a time; each has a
-// 1 s read deadline and an 8 KiB header cap, so a slow or hostile client cannot hold it long.
+// 1 s read deadline, an 8 KiB header cap and a 5 s write deadline, so a slow or hostile client
+// (one that never reads its response, say) cannot hold it long.
 //
 // Thread-safety: Start and Stop from one thread; the render callback runs on the endpoint's
 // thread and must be thread-safe. The destructor stops the thread.
