@@ -80,10 +80,17 @@ Server::~Server() {
 
 Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
   std::error_code ec;
-  fs::create_directories(config.data_dir, ec);
+  const bool created = fs::create_directories(config.data_dir, ec);
   if (ec) {
     return IoError(
         fmt::format("config key 'data_dir': cannot create {}: {}", config.data_dir, ec.message()));
+  }
+  if (created) {  // the store's entries are the tenants' data: the daemon's account only
+    fs::permissions(config.data_dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+    if (ec) {
+      return IoError(fmt::format("config key 'data_dir': cannot restrict {} to its owner: {}",
+                                 config.data_dir, ec.message()));
+    }
   }
   if (!config.loopback_tcp_congestion.empty()) {
     // Checked once here, so a name the kernel refuses stops startup instead of every accept.
@@ -238,7 +245,16 @@ Status Server::Start() {
     if (!ec) {
       return IoError(fmt::format("config key 'unix_socket': another daemon serves {}", unix_path_));
     }
-    ::unlink(unix_path_.c_str());
+    // Only a stale socket is removed: never a file, directory or link someone put there.
+    struct stat st {};
+    if (::lstat(unix_path_.c_str(), &st) == 0) {
+      if (!S_ISSOCK(st.st_mode)) {
+        return IoError(
+            fmt::format("config key 'unix_socket': {} exists and is not a socket; not removing it",
+                        unix_path_));
+      }
+      ::unlink(unix_path_.c_str());
+    }
     mode_t old_mask = ::umask(0177);
     unix_acceptor_.open(asio::local::stream_protocol(), ec);
     if (!ec) unix_acceptor_.bind(asio::local::stream_protocol::endpoint(unix_path_), ec);

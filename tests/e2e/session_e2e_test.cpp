@@ -219,6 +219,27 @@ TEST_CASE("tokens: data token, admin token, version mismatch") {
   CHECK(daemon.WaitExit(15s) == 0);
 }
 
+TEST_CASE("startup never removes a non-socket at the unix path; a new data dir is owner-only") {
+  const std::string dir = "/tmp/hypicd-e2e-paths-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/not-a-socket";
+  { std::ofstream(file) << "precious"; }
+  const std::string data = dir + "/data";
+  auto r = RunDaemonToExit({"--unix-socket", file, "--data-dir", data, "--model", "none",
+                            "--listen", "127.0.0.1:0", "--metrics", "off"});
+  CHECK(r.exit_code != 0);
+  CHECK(r.output.find("unix_socket") != std::string::npos);
+  CHECK(r.output.find("not a socket") != std::string::npos);
+  std::ifstream kept(file);
+  std::string content;
+  kept >> content;
+  CHECK(content == "precious");  // the file is still there, untouched
+  REQUIRE(std::filesystem::is_directory(data));
+  CHECK(std::filesystem::status(data).permissions() == std::filesystem::perms::owner_all);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("startup refuses bad configuration, naming the key") {
   auto bad = RunDaemonToExit({"--max-connections", "many"});
   CHECK(bad.exit_code == 2);
