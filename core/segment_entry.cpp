@@ -15,6 +15,18 @@ std::string_view TensorKindName(TensorKind kind) {
   return "?";
 }
 
+std::string StateFileTensorName(uint32_t layer, TensorKind kind) {
+  std::string_view name = "?";
+  switch (kind) {
+    case TensorKind::kState: name = "state"; break;
+    case TensorKind::kConvTail: name = "conv_tail"; break;
+    case TensorKind::kKey: name = "key"; break;
+    case TensorKind::kValue: name = "value"; break;
+    case TensorKind::kTransition: break;
+  }
+  return fmt::format("layers.{}.{}", layer, name);
+}
+
 Status SegmentEntry::CheckNew(uint32_t layer, TensorKind kind, const Shape& shape) const {
   if (shape.NumElements() < 0) {
     return BadRequest(fmt::format("entry tensor layer {} {}: bad shape {}", layer,

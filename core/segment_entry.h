@@ -34,6 +34,9 @@ enum class TensorKind : uint8_t {
 };
 inline constexpr uint8_t kMaxTensorKind = 4;
 std::string_view TensorKindName(TensorKind kind);
+// A composed-state tensor's name in a state file (docs/state-format.md §8):
+// "layers.{layer}.{state|conv_tail|key|value}" ("?" for a kind the state never carries).
+std::string StateFileTensorName(uint32_t layer, TensorKind kind);
 
 struct EntryTensor {
   uint32_t layer = 0;

@@ -2,18 +2,9 @@
 
 #include <cstring>
 
+#include "protocol/wire_codec.h"
+
 namespace hypic::protocol {
-
-namespace {
-
-template <typename T>
-T Load(const std::byte* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
-}  // namespace
 
 std::string_view DecodeStatusName(DecodeStatus s) {
   switch (s) {
@@ -71,22 +62,22 @@ DecodeLimits DecodeLimits::PreAuth() {
 DecodeStatus Decoder::CheckHeader(ByteSpan head, FrameHeader* out) const {
   const std::byte* p = head.data();
   if (std::memcmp(p, kMagic.data(), 4) != 0) return DecodeStatus::kBadMagic;
-  if (Load<uint32_t>(p + 60) != Crc32(head.first(60))) return DecodeStatus::kBadHeaderChecksum;
+  if (LoadWire<uint32_t>(p + 60) != Crc32(head.first(60))) return DecodeStatus::kBadHeaderChecksum;
 
   FrameHeader& h = *out;
   h.version = static_cast<uint8_t>(p[4]);
   h.opcode = static_cast<Opcode>(p[5]);
   h.flags = static_cast<uint8_t>(p[6]);
   h.checksum_kind = static_cast<ChecksumKind>(p[7]);
-  h.request_id = Load<uint64_t>(p + 8);
+  h.request_id = LoadWire<uint64_t>(p + 8);
   h.key = Hash128::FromBytes(p + 16);
-  h.body_len = Load<uint64_t>(p + 32);
-  h.body_checksum = Load<uint64_t>(p + 40);
-  h.ext_len = Load<uint16_t>(p + 48);
-  h.status = Load<uint16_t>(p + 50);
-  h.deadline_ms = Load<uint32_t>(p + 52);
+  h.body_len = LoadWire<uint64_t>(p + 32);
+  h.body_checksum = LoadWire<uint64_t>(p + 40);
+  h.ext_len = LoadWire<uint16_t>(p + 48);
+  h.status = LoadWire<uint16_t>(p + 50);
+  h.deadline_ms = LoadWire<uint32_t>(p + 52);
 
-  if (Load<uint32_t>(p + 56) != 0 || (h.flags & ~kKnownFlags) != 0) {
+  if (LoadWire<uint32_t>(p + 56) != 0 || (h.flags & ~kKnownFlags) != 0) {
     return DecodeStatus::kBadReserved;
   }
   if (h.version < kMinVersion || h.version > kMaxVersion) return DecodeStatus::kBadVersion;

@@ -4,16 +4,11 @@
 #include <cstring>
 #include <string>
 
+#include "protocol/wire_codec.h"
+
 namespace hypic::protocol {
 
 namespace {
-
-template <typename T>
-T Load(const std::byte* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
 
 constexpr size_t kFixedSize = 8;  // u32 layer, u8 kind, u8 dtype, u8 rank, u8 reserved
 
@@ -40,7 +35,7 @@ Status TensorStreamParser::Feed(ByteSpan bytes) {
     switch (step_) {
       case Step::kCount: {
         if (!Gather(bytes, 4)) return Status::Ok();
-        total_ = Load<uint32_t>(head_.data());
+        total_ = LoadWire<uint32_t>(head_.data());
         head_.clear();
         if (total_ > kMaxStreamTensors) {
           return Fail(TooLarge("tensor stream: " + std::to_string(total_) + " tensors exceed " +
@@ -52,7 +47,7 @@ Status TensorStreamParser::Feed(ByteSpan bytes) {
       case Step::kFixed: {
         if (!Gather(bytes, kFixedSize)) return Status::Ok();
         cur_ = OwnedStreamTensor();
-        cur_.layer = Load<uint32_t>(head_.data());
+        cur_.layer = LoadWire<uint32_t>(head_.data());
         auto kind = static_cast<uint8_t>(head_[4]);
         auto dtype = static_cast<uint8_t>(head_[5]);
         rank_ = static_cast<uint8_t>(head_[6]);
@@ -76,7 +71,7 @@ Status TensorStreamParser::Feed(ByteSpan bytes) {
       case Step::kDims: {
         if (!Gather(bytes, size_t{rank_} * 8)) return Status::Ok();
         for (uint8_t i = 0; i < rank_; ++i) {
-          dims_[i] = Load<int64_t>(head_.data() + size_t{i} * 8);
+          dims_[i] = LoadWire<int64_t>(head_.data() + size_t{i} * 8);
           if (dims_[i] < 0 || dims_[i] > (int64_t{1} << 40)) {
             return Fail(
                 BadRequest("tensor stream: dim " + std::to_string(dims_[i]) + " out of range"));
@@ -95,7 +90,7 @@ Status TensorStreamParser::Feed(ByteSpan bytes) {
       }
       case Step::kNbytes: {
         if (!Gather(bytes, 8)) return Status::Ok();
-        uint64_t nbytes = Load<uint64_t>(head_.data());
+        uint64_t nbytes = LoadWire<uint64_t>(head_.data());
         head_.clear();
         if (nbytes != numel_ * DTypeSize(cur_.dtype)) {
           return Fail(BadRequest("tensor stream: layer " + std::to_string(cur_.layer) +

@@ -18,6 +18,15 @@
 
 namespace hypic::protocol {
 
+// The T stored little-endian at p, unaligned (the hosts are little-endian, as the wire): for
+// parsers that read fixed fields out of a buffer without a WireReader.
+template <typename T>
+T LoadWire(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
 class WireWriter {
  public:
   explicit WireWriter(Bytes* out) : out_(out) {}

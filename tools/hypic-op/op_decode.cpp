@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "core/segment_entry.h"
 #include "gpu/model/model.h"
 #include "protocol/messages.h"
 #include "tools/common/subcommand.h"
@@ -34,17 +35,6 @@ struct DecodeOptions {
   uint32_t tokens = 16;
   std::string output;
 };
-
-// The contract's file names (docs/state-format.md §8).
-std::string KindFileName(TensorKind k) {
-  switch (k) {
-    case TensorKind::kState: return "state";
-    case TensorKind::kConvTail: return "conv_tail";
-    case TensorKind::kKey: return "key";
-    case TensorKind::kValue: return "value";
-    default: return "?";
-  }
-}
 
 Result<std::string> Meta(const SafetensorsFile& f, const std::string& key) {
   auto it = f.metadata().find(key);
@@ -94,7 +84,7 @@ Status Decode(const DecodeOptions& opt, const model::Model& m, model::ComputeDev
     for (TensorKind k : linear ? std::vector{TensorKind::kState, TensorKind::kConvTail}
                                : std::vector{TensorKind::kKey, TensorKind::kValue}) {
       HYPIC_ASSIGN_OR_RETURN(TensorView v,
-                             Tensor(*file, fmt::format("layers.{}.{}", l, KindFileName(k))));
+                             Tensor(*file, StateFileTensorName(static_cast<uint32_t>(l), k)));
       views.push_back({static_cast<uint32_t>(l), k, v.dtype(), v.shape(), v.data()});
     }
   }

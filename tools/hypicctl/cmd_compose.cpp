@@ -18,6 +18,7 @@
 #include <set>
 
 #include "core/safetensors.h"
+#include "core/segment_entry.h"
 #include "tools/common/subcommand.h"
 #include "tools/hypicctl/command.h"
 #include "tools/hypicctl/table.h"
@@ -37,16 +38,6 @@ struct ComposeCtlOptions {
   std::string save_state;
   std::string state_dtype = "f32";
 };
-
-std::string KindFileName(TensorKind k) {
-  switch (k) {
-    case TensorKind::kState: return "state";
-    case TensorKind::kConvTail: return "conv_tail";
-    case TensorKind::kKey: return "key";
-    case TensorKind::kValue: return "value";
-    default: return "?";
-  }
-}
 
 Result<protocol::ComposeMode> ModeFromName(const std::string& name) {
   for (uint8_t m = 0; m <= protocol::kMaxComposeMode; ++m) {
@@ -112,9 +103,8 @@ int RunCompose(const ComposeCtlOptions& opts) {
           }
           for (auto& t : tensors) {
             state_bytes += t.data.size();
-            HYPIC_RETURN_IF_ERROR(
-                state.Add(fmt::format("layers.{}.{}", layer, KindFileName(t.kind)), t.dtype,
-                          t.shape, std::span<const std::byte>(t.data)));
+            HYPIC_RETURN_IF_ERROR(state.Add(StateFileTensorName(layer, t.kind), t.dtype, t.shape,
+                                            std::span<const std::byte>(t.data)));
           }
           return Status::Ok();
         });
