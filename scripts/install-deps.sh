@@ -1,7 +1,20 @@
 #!/usr/bin/env bash
 # Installs every Debian package that hypic's build, tests and tools need. Idempotent: when
 # everything is present it only runs dpkg-query and returns in about a second.
+#
+#   scripts/install-deps.sh [--train]
+#
+# --train (or HYPIC_TRAIN_DEPS=1) also installs Debian's python3-torch, which only
+# tools/train-tiny needs; the daemon, the build and the tests never do.
 set -euo pipefail
+
+TRAIN="${HYPIC_TRAIN_DEPS:-0}"
+for arg in "$@"; do
+  case "$arg" in
+    --train) TRAIN=1 ;;
+    *) echo "install-deps: unknown argument '$arg' (want --train)" >&2; exit 2 ;;
+  esac
+done
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache git
@@ -10,6 +23,7 @@ PACKAGES=(
   libspdlog-dev libcli11-dev libtomlplusplus-dev libdnnl-dev prometheus-cpp-dev
   gnuplot-nox python3 python3-numpy python3-yaml redis-server
 )
+if [ "$TRAIN" = "1" ]; then PACKAGES+=(python3-torch); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
