@@ -4,8 +4,9 @@
 #
 #   scripts/install-deps.sh [--train]
 #
-# --train (or HYPIC_TRAIN_DEPS=1) also installs Debian's python3-torch, which only
-# tools/train-tiny needs; the daemon, the build and the tests never do.
+# --train (or HYPIC_TRAIN_DEPS=1) also installs Debian's python3-torch and OpenBLAS (torch's
+# GEMMs on the reference BLAS are ~10x slower; tools/train-tiny/run.sh loads OpenBLAS for its
+# own process), which only tools/train-tiny needs; the daemon, the build and the tests never do.
 set -euo pipefail
 
 TRAIN="${HYPIC_TRAIN_DEPS:-0}"
@@ -23,7 +24,7 @@ PACKAGES=(
   libspdlog-dev libcli11-dev libtomlplusplus-dev libdnnl-dev prometheus-cpp-dev
   gnuplot-nox python3 python3-numpy python3-yaml redis-server
 )
-if [ "$TRAIN" = "1" ]; then PACKAGES+=(python3-torch); fi
+if [ "$TRAIN" = "1" ]; then PACKAGES+=(python3-torch libopenblas0-pthread); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -13,6 +13,9 @@ shipped figures come from the C++ tools.
   running state and jump over [w, n): S <- T S + S0 (hypic, oracle) or S <- S + S0 (naive),
   conv state <- tail; the attention layers see the cached K rotated to absolute positions.
   The suffix is live; its last token's logits are the result.
+* `compose(model, prompt, "reset")`, a diagnostic: every token live, but each linear layer's
+  recurrent state is zeroed before the suffix, so what is left is what the attention layers
+  (and the conv window) carry. It shows how much of the answer lives in the linear state.
 """
 
 from dataclasses import dataclass, field
@@ -134,9 +137,16 @@ def segment_entry(model, tokens, w, context: State = None):
 def compose(model, prompt, mode, w=8):
     """Last-token logits of `prompt` (the JSONL schema) composed in `mode`."""
     prefix, segments, suffix = prompt.get("prefix", []), prompt["segments"], prompt["suffix"]
-    if mode == "full":
-        toks = list(prefix) + [t for s in segments for t in s] + list(suffix)
-        return run_pass(model, empty_state(model), [LiveBlock(toks)])[0]
+    if mode in ("full", "reset"):
+        toks = list(prefix) + [t for s in segments for t in s]
+        if mode == "full":
+            return run_pass(model, empty_state(model), [LiveBlock(toks + list(suffix))])[0]
+        st = empty_state(model)
+        run_pass(model, st, [LiveBlock(toks)])
+        for ls in st.layers:
+            if "S" in ls:
+                ls["S"] = torch.zeros_like(ls["S"])
+        return run_pass(model, st, [LiveBlock(list(suffix))])[0]
     if mode == "oracle":
         ctx = empty_state(model)
         if prefix:

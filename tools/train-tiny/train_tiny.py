@@ -7,13 +7,14 @@ Run with Debian's interpreter and python3-torch (`scripts/install-deps.sh --trai
   train_tiny.py export   --work DIR --out tools/train-tiny/model
   train_tiny.py data     --out tools/train-tiny/eval.jsonl [--n 500] [--seed 19]
   train_tiny.py eval     (--work DIR | --model DIR) --data FILE [--limit N]
-                         [--modes full,naive,hypic,oracle] [--seam 0,2,4,8,16]
-  train_tiny.py check    --model DIR --hypic-op PATH --data FILE [--n 3]
+                         [--modes full,naive,hypic,oracle,reset] [--seam 0,2,4,8,16]
+  train_tiny.py heads    (--work DIR | --model DIR) --data FILE [--limit 50]
+  train_tiny.py check    --model DIR --hypic-op PATH --data FILE [--n 3] [--seam 8]
 
 `train` is reproducible from --seed: the weights are initialised from it and every step's
 batch is drawn from a generator seeded by (seed, step) alone, so a run that resumes from its
 checkpoint (DIR/ckpt.pt, written atomically every --ckpt-every steps and on SIGTERM/SIGINT)
-computes what an uninterrupted run computes. SIGSTOP/SIGCONT are harmless. The checkpoint
+computes what an uninterrupted run computes (--stop-at splits a run into sessions). SIGSTOP/SIGCONT are harmless. The checkpoint
 also carries the CPU seconds spent so far, over every resume.
 
 `eval` is the torch-side composition (compose.py), for steering; `hypic-bench quality` gives
@@ -120,10 +121,12 @@ def cmd_train(a):
 
     def checkpoint():
         save_atomically({"config": cfg.__dict__, "model": model.state_dict(),
-                         "opt": opt.state_dict(), "step": step, "args": vars(a),
+                         "opt": opt.state_dict(), "step": step,
+                         "args": {k: v for k, v in vars(a).items() if k != "fn"},
                          "cpu_s": cpu_before + time.process_time() - cpu0, "log": log}, path)
 
-    while step < a.steps and not stop["now"]:
+    end = min(a.steps, a.stop_at or a.steps)
+    while step < end and not stop["now"]:
         tokens, tg = batch(a.seed, step, a.batch, a.queries)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, a.steps, a.lr, a.warmup)
@@ -172,7 +175,7 @@ def cmd_eval(a):
     prompts = task.read_jsonl(a.data, a.limit)
     rows = []
     for mode in a.modes.split(","):
-        seams = [0] if mode in ("full", "oracle") else [int(s) for s in a.seam.split(",")]
+        seams = [0] if mode in ("full", "oracle", "reset") else [int(s) for s in a.seam.split(",")]
         for w in seams:
             hits = [compose.compose(model, p, mode, w).argmax().item() == p["answer"][0]
                     for p in prompts]
@@ -182,6 +185,43 @@ def cmd_eval(a):
                          "accuracy_updated": sum(upd) / max(1, len(upd))})
             print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def gdn_log_decays(model, tokens):
+    """Per linear layer, g [HV, T] of a full prefill of `tokens`."""
+    out = {}
+    x = model.embed[torch.tensor([tokens])]
+    for li, blk in enumerate(model.blocks):
+        xn = model.norm(x, blk.input_norm)
+        if blk.kind == "linear_attention":
+            proj = blk.mixer.project(xn)
+            pre = blk.mixer.conv_inputs(proj)
+            zeros = pre.new_zeros(1, model.c.linear_conv_kernel_dim - 1, pre.shape[2])
+            _, _, _, g, _ = blk.mixer.gdn_inputs(blk.mixer.causal_conv(pre, zeros), proj)
+            out[li] = g[0]
+        x = x + blk.mixer(xn)
+        x = x + blk.mlp(model.norm(x, blk.post_norm))
+    return out
+
+
+@torch.no_grad()
+def cmd_heads(a):
+    """Each GDN head's decay over the prompts: the mean log-decay per token, its half-life in
+    tokens, and the fraction of a 56-token document's state that survives it (mean T_C scale)."""
+    model = tm.load_hf(a.model) if a.model else load_work(a.work)[0]
+    per = {}
+    for p in task.read_jsonl(a.data, a.limit):
+        toks = p.get("prefix", []) + [t for s in p["segments"] for t in s] + p["suffix"]
+        for li, g in gdn_log_decays(model, toks).items():
+            per.setdefault(li, []).append(g)
+    for li, gs in per.items():
+        g = torch.cat(gs, 1)
+        for h in range(g.shape[0]):
+            mean = g[h].mean().item()
+            half = math.log(2) / -mean if mean < 0 else math.inf
+            print(json.dumps({"layer": li, "head": h, "mean_log_decay": round(mean, 5),
+                              "half_life_tokens": round(half, 1),
+                              "doc_survival": round(math.exp(56 * mean), 4)}))
 
 
 def cmd_check(a):
@@ -237,6 +277,7 @@ def main():
     t.add_argument("--lr", type=float, default=2e-3)
     t.add_argument("--warmup", type=int, default=100)
     t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--stop-at", type=int, help="checkpoint and stop after this step (resume later)")
     t.add_argument("--ckpt-every", type=int, default=25)
     t.add_argument("--eval-every", type=int, default=250)
     t.add_argument("--val-n", type=int, default=64)
@@ -259,6 +300,12 @@ def main():
     v.add_argument("--seam", default="0,2,4,8,16")
     v.add_argument("--threads", type=int, default=1)
     v.set_defaults(fn=cmd_eval)
+    hd = sub.add_parser("heads", help="each GDN head's decay (half-life) on a data set")
+    hd.add_argument("--work")
+    hd.add_argument("--model")
+    hd.add_argument("--data", required=True)
+    hd.add_argument("--limit", type=int, default=50)
+    hd.set_defaults(fn=cmd_heads)
     c = sub.add_parser("check", help="compare the torch forward with hypic-op prefill")
     c.add_argument("--model", required=True)
     c.add_argument("--hypic-op", required=True)
@@ -267,8 +314,8 @@ def main():
     c.add_argument("--seam", type=int, default=8)
     c.set_defaults(fn=cmd_check)
     a = ap.parse_args()
-    if a.cmd == "eval" and not (a.work or a.model):
-        ap.error("eval: give --work or --model")
+    if a.cmd in ("eval", "heads") and not (a.work or a.model):
+        ap.error(f"{a.cmd}: give --work or --model")
     a.fn(a)
 
 
