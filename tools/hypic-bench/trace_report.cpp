@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "tools/hypic-bench/gnuplot.h"
 
 namespace hypic::tools {
 
@@ -22,36 +22,6 @@ std::string Ms(double s) {
 // JSON has no infinity: a request that never completed is null.
 nlohmann::json JsonSeconds(double s) {
   return std::isfinite(s) ? nlohmann::json(s) : nlohmann::json(nullptr);
-}
-
-std::string Quote(const std::string& s) {  // a gnuplot single-quoted string
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'')
-      out += "''";
-    else
-      out += c;
-  }
-  return out + "'";
-}
-
-std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'')
-      out += "'\\''";
-    else
-      out += c;
-  }
-  return out + "'";
-}
-
-Status WriteFile(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return IoError(fmt::format("cannot write {}", path.string()));
-  return Status::Ok();
 }
 
 uint64_t SegmentParts(const ModeRun& run) {
@@ -72,16 +42,6 @@ uint64_t Hits(const ModeRun& run) {
 
 std::string Percent(uint64_t num, uint64_t den) {
   return den == 0 ? "-" : fmt::format("{:.1f}%", 100.0 * static_cast<double>(num) / den);
-}
-
-std::string GnuplotHeader(const std::string& png, const std::string& title) {
-  return fmt::format(
-      "set terminal pngcairo size 960,600 font 'sans,11'\n"
-      "set output {}\n"
-      "set title {}\n"
-      "set grid\n"
-      "set key bottom right\n",
-      Quote(png), Quote(title));
 }
 
 }  // namespace
@@ -229,9 +189,9 @@ Status WriteCsv(const TraceReport& report, const std::filesystem::path& dir) {
       qps += fmt::format("{},{},{},{}\n", m.mode, p.qps, p.p99_s, p.meets_slo ? 1 : 0);
     }
   }
-  HYPIC_RETURN_IF_ERROR(WriteFile(dir / "summary.csv", summary));
-  HYPIC_RETURN_IF_ERROR(WriteFile(dir / "ttft.csv", ttft));
-  return WriteFile(dir / "qps.csv", qps);
+  HYPIC_RETURN_IF_ERROR(WriteTextFile(dir / "summary.csv", summary));
+  HYPIC_RETURN_IF_ERROR(WriteTextFile(dir / "ttft.csv", ttft));
+  return WriteTextFile(dir / "qps.csv", qps);
 }
 
 Status WritePlots(const TraceReport& report, const std::filesystem::path& dir) {
@@ -251,14 +211,14 @@ Status WritePlots(const TraceReport& report, const std::filesystem::path& dir) {
       }
       data += "\n\n";
       plot += fmt::format("{}'ttft_cdf.dat' index {} using 1:2 with steps lw 2 title {}",
-                          index == 0 ? "plot " : ", \\\n     ", index, Quote(m.mode));
+                          index == 0 ? "plot " : ", \\\n     ", index, GnuplotQuote(m.mode));
       ++index;
     }
     std::string gp = GnuplotHeader("ttft_cdf.png", "TTFT CDF per mode (from scheduled start)");
     gp += "set xlabel 'TTFT (ms, log scale)'\nset ylabel 'fraction of requests'\n";
     gp += "set logscale x\nset yrange [0:1.02]\n" + plot + "\n";
-    HYPIC_RETURN_IF_ERROR(WriteFile(dir / "ttft_cdf.dat", data));
-    HYPIC_RETURN_IF_ERROR(WriteFile(dir / "ttft_cdf.gp", gp));
+    HYPIC_RETURN_IF_ERROR(WriteTextFile(dir / "ttft_cdf.dat", data));
+    HYPIC_RETURN_IF_ERROR(WriteTextFile(dir / "ttft_cdf.gp", gp));
     scripts.push_back("ttft_cdf.gp");
   }
 
@@ -282,7 +242,7 @@ Status WritePlots(const TraceReport& report, const std::filesystem::path& dir) {
       plot += fmt::format(
           "{}'p99_vs_qps.dat' index {} using 1:($2 < 0 ? ymax : $2) with linespoints lw 2 "
           "pt 7 title {}",
-          index == 0 ? "plot " : ", \\\n     ", index, Quote(m.mode));
+          index == 0 ? "plot " : ", \\\n     ", index, GnuplotQuote(m.mode));
       ++index;
     }
     std::string gp = GnuplotHeader("p99_vs_qps.png", "p99 TTFT vs offered QPS");
@@ -294,20 +254,12 @@ Status WritePlots(const TraceReport& report, const std::filesystem::path& dir) {
     gp += fmt::format("set label 'SLO {:.0f} ms' at graph 0.02, first {} offset 0,0.7\n",
                       report.slo_s * 1000.0, report.slo_s * 1000.0);
     gp += plot + "\n";
-    HYPIC_RETURN_IF_ERROR(WriteFile(dir / "p99_vs_qps.dat", data));
-    HYPIC_RETURN_IF_ERROR(WriteFile(dir / "p99_vs_qps.gp", gp));
+    HYPIC_RETURN_IF_ERROR(WriteTextFile(dir / "p99_vs_qps.dat", data));
+    HYPIC_RETURN_IF_ERROR(WriteTextFile(dir / "p99_vs_qps.gp", gp));
     scripts.push_back("p99_vs_qps.gp");
   }
 
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    return Unsupported("gnuplot is not installed: data and scripts written, no PNG");
-  }
-  for (const auto& script : scripts) {
-    const std::string cmd =
-        fmt::format("cd {} && gnuplot {}", ShellQuote(dir.string()), ShellQuote(script));
-    if (std::system(cmd.c_str()) != 0) return IoError(fmt::format("gnuplot {} failed", script));
-  }
-  return Status::Ok();
+  return RunGnuplot(dir, scripts);
 }
 
 }  // namespace hypic::tools
