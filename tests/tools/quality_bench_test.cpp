@@ -4,7 +4,8 @@
 //  * in process: full scores exactly 100% with KL 0; oracle (fp32 weights and entries) equals
 //    full; at every seam shorter than the segments hypic's KL to full is below naive's; at a seam
 //    covering every segment naive and hypic run everything live and equal full; the evidence
-//    split partitions the prompts; the JSON has the documented rows, and the plot is written;
+//    split partitions the prompts; the JSON has the documented rows, the plot is written, and
+//    the scores do not depend on the number of workers;
 //  * a wrong answer costs exactly its prompt (and not its first token);
 //  * bad input exits 2 naming the line and the token id; an empty data set exits 2;
 //  * through a live hypicd (--daemon): the same accuracy rows as in process, and a daemon that
@@ -207,6 +208,21 @@ TEST_CASE("in process: full is 100%, oracle equals full, hypic is closer to full
   CHECK(fs::exists(png.parent_path() / "quality.dat"));
   CHECK(fs::exists(png.parent_path() / "quality.gp"));
   if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) CHECK(fs::file_size(png) > 0);
+
+  // One worker instead of two (and the rows computed in another grouping): the same scores.
+  const Json one = ParseJson(Quality(
+      dir, fmt::format("--model builtin:tiny --weights-dtype f32 --entry-dtype f32 --data {} "
+                       "--modes hypic,oracle --seam 16,4 --workers 1 --json",
+                       data.string())));
+  REQUIRE(one["results"].size() == 4);
+  for (const Json& r : one["results"]) {
+    CAPTURE(r.dump());
+    const Json& two = Row(j, r["mode"], r["seam"]);
+    CHECK(r["correct"] == two["correct"]);
+    CHECK(r["argmax_agree"] == two["argmax_agree"]);
+    CHECK(r["kl_mean"].get<double>() ==
+          doctest::Approx(two["kl_mean"].get<double>()).epsilon(1e-4).scale(1e-9));
+  }
 
   // The human table: the CPU model, one line per row, the interval named.
   const ToolRun text =

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <map>
+#include <optional>
 #include <utility>
 
 namespace hypic::tools {
@@ -18,6 +18,7 @@ class InProcess final : public PromptComposer {
 
   void Start(const QualityPrompt& prompt) override {
     prompt_ = &prompt;
+    key_.reset();
     parts_.clear();
   }
 
@@ -32,13 +33,15 @@ class InProcess final : public PromptComposer {
 
  private:
   // The prompt's parts for `run`, with entries for every mode but full: position-independent
-  // ones per seam (naive and hypic share them), in-context ones for oracle.
+  // ones per seam (naive and hypic share them), in-context ones for oracle. Only the last set is
+  // kept (entries of a large model are large): the evaluator groups its runs by seam.
   Result<const std::vector<ComposePart>*> Parts(const QualityRun& run) {
     const ComposeMode entries = run.mode == ComposeMode::kFull     ? ComposeMode::kFull
                                 : run.mode == ComposeMode::kOracle ? ComposeMode::kOracle
                                                                    : ComposeMode::kHypic;
     const auto key = std::make_pair(entries, run.seam);
-    if (auto it = parts_.find(key); it != parts_.end()) return &it->second;
+    if (key_ == key) return &parts_;
+    key_.reset();
     std::vector<ComposePart> parts;
     if (!prompt_->prefix.empty()) parts.push_back({ComposePart::Kind::kRaw, prompt_->prefix, {}});
     for (const auto& seg : prompt_->segments) {
@@ -49,14 +52,17 @@ class InProcess final : public PromptComposer {
       HYPIC_RETURN_IF_ERROR(model_.PrefillEntries(
           parts, entries, {.seam_w = run.seam, .device = device_, .entry_dtypes = entry_dtypes_}));
     }
-    return &parts_.emplace(key, std::move(parts)).first->second;
+    parts_ = std::move(parts);
+    key_ = key;
+    return &parts_;
   }
 
   const model::Model& model_;
   const model::ComputeDevice device_;
   const EntryDTypes entry_dtypes_;
   const QualityPrompt* prompt_ = nullptr;
-  std::map<std::pair<ComposeMode, uint32_t>, std::vector<ComposePart>> parts_;
+  std::optional<std::pair<ComposeMode, uint32_t>> key_;  // what parts_ holds entries for
+  std::vector<ComposePart> parts_;
 };
 
 class OverDaemon final : public PromptComposer {

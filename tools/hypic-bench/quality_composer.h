@@ -43,8 +43,9 @@ class PromptComposer {
   virtual Result<ComposedPrompt> Compose(const QualityRun& run) = 0;
 };
 
-// In process, on `device`. Entries are prefilled in `entry_dtypes` once per prompt and seam (in
-// context once for oracle) and shared by naive and hypic, as a cache would share them.
+// In process, on `device`. Entries are prefilled in `entry_dtypes` and kept while consecutive
+// runs need them: naive and hypic at one seam share them, as a cache would (oracle's are in
+// context). Only one set is held at a time.
 std::unique_ptr<PromptComposer> InProcessComposer(const model::Model& model,
                                                   model::ComputeDevice device,
                                                   EntryDTypes entry_dtypes);

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <mutex>
+#include <numeric>
 #include <thread>
+#include <tuple>
 
 #include "gpu/cpu/compute_threads.h"
 #include "tools/hypic-bench/bench_timing.h"
@@ -57,20 +59,20 @@ std::string RunName(const QualityRun& run) {
   return fmt::format("{} at seam {}", model::ComposeModeName(run.mode), run.seam);
 }
 
-// Every run of one prompt; scores[r] receives run r's.
+// Every run of one prompt, in `order`; scores[r] receives run r's.
 Status EvaluatePrompt(const model::Model& m, const QualityPrompt& prompt,
-                      const EvaluateOptions& options, PromptComposer& composer,
-                      std::span<PromptScore> scores) {
+                      const EvaluateOptions& options, std::span<const size_t> order,
+                      PromptComposer& composer, std::span<PromptScore> scores) {
   composer.Start(prompt);
   std::vector<float> reference;
-  for (size_t r = 0; r < options.runs.size(); ++r) {
+  for (size_t r : order) {
     const QualityRun& run = options.runs[r];
     const auto start = std::chrono::steady_clock::now();
     auto composed = composer.Compose(run);
     if (!composed.ok()) {
       return composed.status().WithContext(fmt::format("line {}: {}", prompt.line, RunName(run)));
     }
-    if (r == 0) reference = composed->logits;
+    if (r == 0) reference = composed->logits;  // full: order[0] == 0
     auto score = Score(m, std::move(composed).value(), prompt.answer, reference, options.device);
     if (!score.ok()) {
       return score.status().WithContext(
@@ -145,6 +147,17 @@ Result<QualityResult> EvaluateQuality(const model::Model& model,
     return Internal("EvaluateQuality: needs prompts, a composer, and full at seam 0 first");
   }
   const size_t stride = options.runs.size();
+  // The runs grouped by seam, full first, so that the runs sharing entries come one after the
+  // other and a composer holds one set of entries at a time; oracle's come last in its group.
+  std::vector<size_t> order(stride);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    auto key = [&](size_t r) {
+      return std::make_tuple(r != 0, options.runs[r].seam,
+                             options.runs[r].mode == ComposeMode::kOracle);
+    };
+    return key(a) < key(b);
+  });
   std::vector<PromptScore> scores(prompts.size() * stride);
   const int workers = static_cast<int>(std::min(composers.size(), prompts.size()));
   const int budget = std::max(1, cpu::ComputeThreads() / workers);
@@ -159,7 +172,7 @@ Result<QualityResult> EvaluateQuality(const model::Model& model,
     while (!failed.load()) {
       const size_t i = next.fetch_add(1);
       if (i >= prompts.size()) return;
-      Status st = EvaluatePrompt(model, prompts[i], options, composer,
+      Status st = EvaluatePrompt(model, prompts[i], options, order, composer,
                                  std::span<PromptScore>(scores).subspan(i * stride, stride));
       std::lock_guard<std::mutex> lock(mu);
       if (!st.ok()) {
