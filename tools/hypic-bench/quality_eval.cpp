@@ -6,11 +6,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <mutex>
 #include <numeric>
 #include <thread>
 #include <tuple>
 
+#include "core/thread_annotations.h"
 #include "gpu/cpu/compute_threads.h"
 #include "tools/hypic-bench/bench_timing.h"
 
@@ -26,6 +26,13 @@ struct PromptScore {
   double kl = 0;
   double answer_prob = 0;
   double seconds = 0;
+};
+
+// What the workers report: the first failure, and the prompts done (for the progress callback).
+struct WorkerOutcome {
+  Mutex mu;
+  Status error GUARDED_BY(mu) = Status::Ok();
+  size_t done GUARDED_BY(mu) = 0;
 };
 
 // Scores one composed prompt against `answer`; `reference` is full's first-token logits.
@@ -163,9 +170,7 @@ Result<QualityResult> EvaluateQuality(const model::Model& model,
   const int budget = std::max(1, cpu::ComputeThreads() / workers);
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
-  std::mutex mu;
-  Status error = Status::Ok();
-  size_t done = 0;
+  WorkerOutcome outcome;
   const auto start = std::chrono::steady_clock::now();
   auto work = [&](PromptComposer& composer) {
     cpu::ScopedComputeThreads scope(budget);
@@ -174,20 +179,23 @@ Result<QualityResult> EvaluateQuality(const model::Model& model,
       if (i >= prompts.size()) return;
       Status st = EvaluatePrompt(model, prompts[i], options, order, composer,
                                  std::span<PromptScore>(scores).subspan(i * stride, stride));
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&outcome.mu);
       if (!st.ok()) {
-        if (!failed.exchange(true)) error = st;
+        if (!failed.exchange(true)) outcome.error = st;
         return;
       }
-      ++done;
-      if (options.on_progress) options.on_progress(done);
+      ++outcome.done;
+      if (options.on_progress) options.on_progress(outcome.done);
     }
   };
   std::vector<std::thread> threads;
   for (int w = 1; w < workers; ++w) threads.emplace_back(work, std::ref(*composers[w]));
   work(*composers[0]);
   for (auto& t : threads) t.join();
-  if (!error.ok()) return error;
+  {
+    MutexLock lock(&outcome.mu);
+    if (!outcome.error.ok()) return outcome.error;
+  }
 
   QualityResult result;
   result.n = prompts.size();
