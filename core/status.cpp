@@ -22,6 +22,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kCancelled: return "CANCELLED";
     case StatusCode::kUnsupported: return "UNSUPPORTED";
     case StatusCode::kCorruption: return "CORRUPTION";
+    case StatusCode::kQuotaExceeded: return "QUOTA_EXCEEDED";
   }
   return "UNKNOWN";
 }

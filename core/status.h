@@ -34,10 +34,11 @@ enum class StatusCode : uint16_t {
   kCancelled = 15,        // the caller gave up
   kUnsupported = 16,      // valid input that this build does not handle
   kCorruption = 17,       // structurally invalid stored data (bad magic, bad layout)
+  kQuotaExceeded = 18,    // a tenant's quota (bytes stored, compute in flight) is used up
 };
 
 // The last assigned code; the protocol decoder rejects anything above it.
-inline constexpr uint16_t kMaxStatusCode = 17;
+inline constexpr uint16_t kMaxStatusCode = 18;
 
 // The stable upper-snake name used on the wire docs and in logs, e.g. "BAD_CHECKSUM".
 std::string_view StatusCodeName(StatusCode code);
@@ -89,6 +90,7 @@ inline Status DeviceError(std::string m) { return {StatusCode::kDeviceError, std
 inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 inline Status Unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
 inline Status Corruption(std::string m) { return {StatusCode::kCorruption, std::move(m)}; }
+inline Status QuotaExceeded(std::string m) { return {StatusCode::kQuotaExceeded, std::move(m)}; }
 
 // Result<T>: either a value or a non-OK Status.
 // REQUIRES: constructing from a Status that is OK is a bug (it becomes kInternal).

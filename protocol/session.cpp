@@ -1,25 +1,54 @@
 #include "protocol/session.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace hypic::protocol {
 
-namespace {
+uint8_t PermissionOf(Opcode op) {
+  switch (op) {
+    case Opcode::kHas:
+    case Opcode::kGet: return kPermRead;
+    case Opcode::kPrefill:
+    case Opcode::kCompose: return kPermCompute;
+    case Opcode::kPut:
+    case Opcode::kDel: return kPermWrite;
+    default: return 0;
+  }
+}
 
-// Token comparison whose time does not depend on where the first difference is, so a remote
-// peer cannot find a token byte by byte from reply timings.
-bool ConstantTimeEqual(std::string_view a, std::string_view b) {
-  size_t n = std::max(a.size(), b.size());
-  unsigned diff = a.size() == b.size() ? 0u : 1u;
-  for (size_t i = 0; i < n; ++i) {
+namespace {
+constexpr std::pair<uint8_t, std::string_view> kPermissionNames[] = {
+    {kPermRead, "read"}, {kPermCompute, "compute"}, {kPermWrite, "write"}, {kPermAdmin, "admin"}};
+}  // namespace
+
+std::vector<std::string_view> PermissionNames(uint8_t permissions) {
+  std::vector<std::string_view> out;
+  for (const auto& [bit, name] : kPermissionNames) {
+    if ((permissions & bit) != 0) out.push_back(name);
+  }
+  return out;
+}
+
+uint8_t PermissionFromName(std::string_view name) {
+  for (const auto& [bit, n] : kPermissionNames) {
+    if (n == name) return bit;
+  }
+  return 0;
+}
+
+bool TokensEqual(std::string_view a, std::string_view b) {
+  // Every byte of both padded buffers is visited whatever the inputs, so neither where the
+  // first difference is nor how long the configured token is shows in the time.
+  unsigned diff = (a.size() > kMaxAuthTokenLen) | (b.size() > kMaxAuthTokenLen);
+  diff |= static_cast<unsigned>(a.size() != b.size());
+  for (size_t i = 0; i < kMaxAuthTokenLen; ++i) {
     unsigned ca = i < a.size() ? static_cast<unsigned char>(a[i]) : 0u;
     unsigned cb = i < b.size() ? static_cast<unsigned char>(b[i]) : 0u;
     diff |= ca ^ cb;
   }
   return diff == 0;
 }
-
-}  // namespace
 
 ServerSession::ServerSession(AuthPolicy policy, DecodeLimits ready_limits)
     : policy_(std::move(policy)),
@@ -36,13 +65,24 @@ Status ServerSession::OnHello(const HelloRequest& request, HelloReply* reply) {
                            std::to_string(kMinVersion) + ".." + std::to_string(kMaxVersion));
   }
   bool admin_ok = !policy_.admin_token.empty() && !request.admin_token.empty() &&
-                  ConstantTimeEqual(request.admin_token, policy_.admin_token);
+                  TokensEqual(request.admin_token, policy_.admin_token);
   if (!request.admin_token.empty() && !admin_ok) return Unauthorized("wrong admin token");
-  bool token_ok = policy_.token.empty() || ConstantTimeEqual(request.token, policy_.token);
-  if (!token_ok && !admin_ok) {
+  // Every tenant's token is compared (no early exit), so the time does not tell which matched.
+  int tenant = -1;
+  for (size_t i = 0; i < policy_.tenants.size(); ++i) {
+    const AuthTenant& t = policy_.tenants[i];
+    bool match = t.token.empty() ? request.token.empty() : TokensEqual(request.token, t.token);
+    if (match && tenant < 0) tenant = static_cast<int>(i);
+  }
+  if (tenant < 0 && !(admin_ok && request.token.empty())) {
     return Unauthorized(request.token.empty() ? "this server requires a token" : "wrong token");
   }
-  admin_ = admin_ok || (policy_.admin_token.empty() && policy_.trusted_peer);
+  const bool trusted = policy_.admin_token.empty() && policy_.trusted_peer;
+  admin_daemon_wide_ = admin_ok || trusted;
+  admin_ =
+      admin_daemon_wide_ ||
+      (tenant >= 0 && (policy_.tenants[static_cast<size_t>(tenant)].permissions & kPermAdmin) != 0);
+  tenant_ = tenant;
   version_ = static_cast<uint8_t>(hi);
   client_features_ = request.features;
   phase_ = Phase::kReady;
@@ -62,8 +102,22 @@ Status ServerSession::Admit(const FrameHeader& header) const {
     return VersionMismatch("frame version " + std::to_string(header.version) +
                            " but the session negotiated " + std::to_string(version_));
   }
-  if (IsAdminOpcode(header.opcode) && !admin_) {
-    return Unauthorized(std::string(OpcodeName(header.opcode)) + " needs the admin token");
+  if (IsAdminOpcode(header.opcode)) {
+    if (!admin_) {
+      return Unauthorized(std::string(OpcodeName(header.opcode)) + " needs the admin grant");
+    }
+    return Status::Ok();
+  }
+  const uint8_t need = PermissionOf(header.opcode);
+  if (need == 0) return Status::Ok();
+  if (tenant_ < 0) {
+    return Unauthorized(std::string(OpcodeName(header.opcode)) +
+                        " needs a tenant's token: the admin token grants admin operations only");
+  }
+  if ((policy_.tenants[static_cast<size_t>(tenant_)].permissions & need) == 0) {
+    return Unauthorized(std::string(OpcodeName(header.opcode)) + " needs the '" +
+                        std::string(PermissionNames(need).at(0)) +
+                        "' permission, which this connection's tenant does not have");
   }
   return Status::Ok();
 }

@@ -12,11 +12,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
+#include <sstream>
 
 #include "gpu/backend.h"
 #include "gpu/model/checkpoint.h"
+#include "protocol/session.h"
 
 namespace hypic::server {
 
@@ -159,6 +162,14 @@ std::vector<ConfigKey> BuildKeys() {
         return std::optional<Endpoint>(std::move(e));
       },
       [](const std::optional<Endpoint>& e) { return e ? e->ToString() : "off"; }));
+  keys.push_back(StringKey("metrics_token",
+                           "bearer token that GET /metrics must carry (the probes stay open); "
+                           "required off loopback unless metrics_public",
+                           &ServerConfig::metrics_token, /*secret=*/true));
+  keys.push_back(ParsedKey<bool>("metrics_public",
+                                 "serve /metrics on a non-loopback address without a token",
+                                 &ServerConfig::metrics_public, ParseBool,
+                                 [](const bool& b) { return b ? "true" : "false"; }));
   keys.push_back(StringKey("ready_file",
                            "file written once serving, with the bound addresses (for scripts)",
                            &ServerConfig::ready_file));
@@ -302,11 +313,106 @@ Result<toml::table> ParseToml(const std::string& name, std::optional<std::string
   }
 }
 
+// One [[tenant]] table (`where` names it in messages). The token file is read here, so a
+// missing or empty one stops startup.
+Result<TenantConfig> ParseTenant(const toml::table& table, const std::string& where) {
+  TenantConfig t;
+  auto error = [&](std::string_view key, const std::string& what) {
+    return BadRequest(fmt::format("{}: key '{}': {}", where, key, what));
+  };
+  auto string_of = [&](std::string_view key, const toml::node& node) -> Result<std::string> {
+    if (auto v = node.value_exact<std::string>()) return *v;
+    return error(key, "expected a string");
+  };
+  for (const auto& [key_view, node] : table) {
+    const std::string_view key = key_view.str();
+    if (key == "name") {
+      HYPIC_ASSIGN_OR_RETURN(t.name, string_of(key, node));
+    } else if (key == "token") {
+      HYPIC_ASSIGN_OR_RETURN(t.token, string_of(key, node));
+      if (t.token.empty()) return error(key, "empty; leave it out for a tenant without a token");
+    } else if (key == "token_file") {
+      HYPIC_ASSIGN_OR_RETURN(t.token_file, string_of(key, node));
+    } else if (key == "namespace") {
+      HYPIC_ASSIGN_OR_RETURN(t.name_space, string_of(key, node));
+    } else if (key == "ops") {
+      const toml::array* ops = node.as_array();
+      if (ops == nullptr) return error(key, "expected an array of strings");
+      for (const auto& op : *ops) {
+        auto v = op.value_exact<std::string>();
+        const uint8_t bit = v ? protocol::PermissionFromName(*v) : 0;
+        if (bit == 0) {
+          return error(key, fmt::format("{} is not one of read, compute, write, admin",
+                                        v ? "'" + *v + "'" : std::string("a non-string")));
+        }
+        t.permissions |= bit;
+      }
+    } else if (key == "max_bytes") {
+      auto text = node.value_exact<std::string>();
+      auto n = node.value_exact<int64_t>();
+      if (n && *n < 0) return error(key, "negative value");
+      auto bytes = text ? ParseBytes(*text)
+                   : n  ? Result<uint64_t>(static_cast<uint64_t>(*n))
+                        : Result<uint64_t>(BadRequest("expected a size"));
+      if (!bytes.ok()) return error(key, bytes.status().message());
+      t.max_bytes = *bytes;
+    } else if (key == "max_compute_inflight") {
+      auto n = node.value_exact<int64_t>();
+      if (!n || *n < 1 || *n > std::numeric_limits<uint32_t>::max()) {
+        return error(key, "expected an integer >= 1");
+      }
+      t.max_compute_inflight = static_cast<uint32_t>(*n);
+    } else {
+      return error(key,
+                   "unknown key (name, token, token_file, namespace, ops, max_bytes, "
+                   "max_compute_inflight)");
+    }
+  }
+  if (t.name.empty()) return error("name", "missing or empty");
+  if (t.permissions == 0) return error("ops", "missing or empty: give at least one permission");
+  if (!t.token.empty() && !t.token_file.empty()) {
+    return error("token_file", "set token or token_file, not both");
+  }
+  if (!t.token_file.empty()) {
+    std::ifstream f(t.token_file);
+    std::stringstream text;
+    text << f.rdbuf();
+    if (!f.good()) return error("token_file", fmt::format("cannot read {}", t.token_file));
+    t.token = Trim(text.str());  // a trailing newline is not part of the token
+    if (t.token.empty()) return error("token_file", fmt::format("{} is empty", t.token_file));
+  }
+  if (t.token.size() > protocol::kMaxAuthTokenLen) {
+    return error("token", fmt::format("longer than {} bytes", protocol::kMaxAuthTokenLen));
+  }
+  if (t.name_space.size() > protocol::kMaxNameLen) {
+    return error("namespace", fmt::format("longer than {} bytes", protocol::kMaxNameLen));
+  }
+  if (t.name_space.empty() && t.max_bytes) {
+    return error("max_bytes", "needs a namespace: namespace \"\" spans the whole store");
+  }
+  return t;
+}
+
 Status ApplyToml(ServerConfig& c, const std::string& name, std::optional<std::string_view> text) {
   HYPIC_ASSIGN_OR_RETURN(toml::table table, ParseToml(name, text));
   std::string source = fmt::format("file {}", name);
   for (const auto& [key_name_view, node] : table) {
     std::string key_name(key_name_view.str());
+    if (key_name == "tenant") {
+      const toml::array* tables = node.as_array();
+      if (tables == nullptr || !tables->is_array_of_tables()) {
+        return BadRequest(
+            fmt::format("config key 'tenant' ({}): write tenants as [[tenant]] tables", source));
+      }
+      for (size_t i = 0; i < tables->size(); ++i) {
+        HYPIC_ASSIGN_OR_RETURN(
+            TenantConfig t,
+            ParseTenant(*tables->get(i)->as_table(),
+                        fmt::format("config file {}: [[tenant]] #{}", name, i + 1)));
+        c.tenants.push_back(std::move(t));
+      }
+      continue;
+    }
     const ConfigKey* key = FindKey(key_name);
     if (key == nullptr) {
       return BadRequest(fmt::format("config key '{}' ({}): unknown key", key_name, source));
@@ -486,6 +592,67 @@ Result<bool> ParseBool(std::string_view text) {
 
 namespace {
 
+// The tenants' rules, with the tokens of the flat keys: names and tokens unique, tokens within
+// HELLO's limit, at most one tenant without a token and none off loopback.
+Status CheckTenants(const ServerConfig& c) {
+  for (const auto& [key, token] :
+       {std::pair<std::string_view, const std::string&>{"token", c.token},
+        {"admin_token", c.admin_token},
+        {"metrics_token", c.metrics_token}}) {
+    if (token.size() > protocol::kMaxAuthTokenLen) {
+      return BadRequest(
+          fmt::format("config key '{}': longer than {} bytes", key, protocol::kMaxAuthTokenLen));
+    }
+  }
+  if (!c.tenants.empty() && !c.token.empty()) {
+    return BadRequest(
+        "config key 'token': it is the shorthand for a single default tenant; with [[tenant]] "
+        "tables, declare that tenant as one more [[tenant]]");
+  }
+  const std::vector<TenantConfig> tenants = EffectiveTenants(c);
+  const TenantConfig* tokenless = nullptr;
+  for (size_t i = 0; i < tenants.size(); ++i) {
+    const TenantConfig& t = tenants[i];
+    if (t.token.empty()) {
+      if (tokenless != nullptr) {
+        return BadRequest(fmt::format(
+            "tenants '{}' and '{}' both have no token: at most one tenant may be the one of "
+            "connections without a token",
+            tokenless->name, t.name));
+      }
+      tokenless = &t;
+    }
+    if (!c.admin_token.empty() && t.token == c.admin_token) {
+      return BadRequest(
+          fmt::format("config key 'admin_token': must differ from the token of "
+                      "tenant '{}'",
+                      t.name));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (tenants[j].name == t.name) {
+        return BadRequest(fmt::format("tenant '{}' is declared twice", t.name));
+      }
+      if (!t.token.empty() && tenants[j].token == t.token) {
+        return BadRequest(
+            fmt::format("tenants '{}' and '{}' have the same token", tenants[j].name, t.name));
+      }
+    }
+  }
+  if (tokenless != nullptr && !c.listen.IsLoopback()) {
+    if (c.tenants.empty()) {
+      return BadRequest(fmt::format(
+          "config key 'listen': {} is not a loopback address and no 'token' is set; set token "
+          "(HYPIC_TOKEN / --token) or listen on 127.0.0.1",
+          c.listen.ToString()));
+    }
+    return BadRequest(fmt::format(
+        "config key 'listen': {} is not a loopback address, but tenant '{}' has no token; give "
+        "it a token or token_file, or listen on 127.0.0.1",
+        c.listen.ToString(), tokenless->name));
+  }
+  return Status::Ok();
+}
+
 // LoadConfig with the TOML layer's text given (`toml`), or read from the --config /
 // HYPIC_CONFIG file (`toml` unset).
 Result<ServerConfig> Load(const std::vector<std::string>& args, const EnvLookup& env,
@@ -525,14 +692,13 @@ Result<ServerConfig> Load(const std::vector<std::string>& args, const EnvLookup&
   }
 
   // Cross-key rules.
-  if (!c.listen.IsLoopback() && c.token.empty()) {
+  HYPIC_RETURN_IF_ERROR(CheckTenants(c));
+  if (c.metrics && !c.metrics->IsLoopback() && c.metrics_token.empty() && !c.metrics_public) {
     return BadRequest(fmt::format(
-        "config key 'listen': {} is not a loopback address and no 'token' is set; set token "
-        "(HYPIC_TOKEN / --token) or listen on 127.0.0.1",
-        c.listen.ToString()));
-  }
-  if (!c.admin_token.empty() && c.admin_token == c.token) {
-    return BadRequest("config key 'admin_token': must differ from 'token'");
+        "config key 'metrics': {} is not a loopback address and no 'metrics_token' is set; set "
+        "metrics_token (scrapers send it as a bearer token), or metrics_public = true to serve "
+        "the metrics to anyone who can reach the port",
+        c.metrics->ToString()));
   }
   if (c.data_dir.empty()) return BadRequest("config key 'data_dir': must not be empty");
   if (c.model.empty()) return BadRequest("config key 'model': must not be empty");
@@ -627,22 +793,19 @@ Status ResolveMachineDefaults(ServerConfig& c) {
   return Status::Ok();
 }
 
+std::vector<TenantConfig> EffectiveTenants(const ServerConfig& c) {
+  if (!c.tenants.empty()) return c.tenants;
+  TenantConfig t;
+  t.name = "default";
+  t.token = c.token;
+  t.permissions = protocol::kPermRead | protocol::kPermCompute;
+  return {t};
+}
+
 std::string DumpConfig(const ServerConfig& c) {
-  std::string out;
-  for (const auto& k : ConfigKeys()) {
-    std::string v = k.get(c);
-    // Bare integers only where TOML reads them back as the same number (i64, and no leading
-    // zero, which TOML rejects: a string value such as data_dir = "001" stays quoted).
-    bool bare = k.name == "log_json" ||
-                (!v.empty() && v.size() <= 18 && (v.size() == 1 || v[0] != '0') &&
-                 std::all_of(v.begin(), v.end(),
-                             [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }));
-    if (bare) {
-      out += fmt::format("{} = {}\n", k.name, v);
-      continue;
-    }
-    // A TOML basic string: quotes, backslashes and control characters escaped.
-    std::string escaped;
+  // A TOML basic string: quotes, backslashes and control characters escaped.
+  auto quoted = [](std::string_view v) {
+    std::string escaped = "\"";
     for (char ch : v) {
       auto u = static_cast<unsigned char>(ch);
       if (ch == '"' || ch == '\\') {
@@ -654,7 +817,37 @@ std::string DumpConfig(const ServerConfig& c) {
         escaped += ch;
       }
     }
-    out += fmt::format("{} = \"{}\"\n", k.name, escaped);
+    return escaped + "\"";
+  };
+  std::string out;
+  for (const auto& k : ConfigKeys()) {
+    std::string v = k.get(c);
+    // Bare integers only where TOML reads them back as the same number (i64, and no leading
+    // zero, which TOML rejects: a string value such as data_dir = "001" stays quoted).
+    bool bare = k.name == "log_json" || k.name == "metrics_public" ||
+                (!v.empty() && v.size() <= 18 && (v.size() == 1 || v[0] != '0') &&
+                 std::all_of(v.begin(), v.end(),
+                             [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }));
+    out += fmt::format("{} = {}\n", k.name, bare ? v : quoted(v));
+  }
+  // The [[tenant]] tables come last: TOML puts every key after a table header into the table.
+  for (const TenantConfig& t : c.tenants) {
+    out += fmt::format("\n[[tenant]]\nname = {}\n", quoted(t.name));
+    if (!t.token_file.empty()) {
+      out += fmt::format("token_file = {}\n", quoted(t.token_file));
+    } else if (!t.token.empty()) {
+      // Masked, and unique per tenant so that the dump loads back (tokens must differ).
+      out += fmt::format("token = {}\n", quoted("<set for " + t.name + ">"));
+    }
+    std::string ops;
+    for (std::string_view name : protocol::PermissionNames(t.permissions)) {
+      ops += fmt::format("{}\"{}\"", ops.empty() ? "" : ", ", name);
+    }
+    out += fmt::format("namespace = {}\nops = [{}]\n", quoted(t.name_space), ops);
+    if (t.max_bytes) out += fmt::format("max_bytes = {}\n", quoted(FormatBytes(*t.max_bytes)));
+    if (t.max_compute_inflight) {
+      out += fmt::format("max_compute_inflight = {}\n", *t.max_compute_inflight);
+    }
   }
   return out;
 }

@@ -7,9 +7,13 @@
 // docs/operations-server.md and in `hypicd --help`; ConfigKeys() is the single table that all
 // three sources, the help text and the CONFIG operation read, so they cannot drift apart.
 //
+// Tenants are TOML-only: `[[tenant]]` tables (TenantConfig); the flat `token` key is the
+// shorthand for one default tenant (EffectiveTenants).
+//
 // A bad value, an unknown key in the file, or an unsafe combination (a non-loopback listen
-// address without a token) stops startup with a kBadRequest Status whose message names the key
-// and the source. Tier capacities left at "auto" are sized from the machine by
+// address with a tenant that has no token, a non-loopback metrics address without
+// metrics_token or metrics_public) stops startup with a kBadRequest Status whose message names
+// the key and the source. Tier capacities left at "auto" are sized from the machine by
 // ResolveMachineDefaults. Value types; thread-compatible.
 #pragma once
 
@@ -43,6 +47,20 @@ inline EntryDTypes DefaultEntryDTypes() {
       .transition = DType::kF32, .state = DType::kBF16, .conv = DType::kBF16, .kv = DType::kBF16};
 }
 
+// One `[[tenant]]` table: who a token is, which namespace its connections are bound to, and what
+// they may do (protocol::kPerm* bits). docs/operations-server.md, "Tenants".
+struct TenantConfig {
+  std::string name;
+  std::string token;       // empty: the tenant of connections without a token (loopback only)
+  std::string token_file;  // where `token` was read from, when it was
+  // The namespace every key of its connections lives in. "" is unbound: requests name their
+  // namespace and reach every one (the single-tenant default).
+  std::string name_space;
+  uint8_t permissions = 0;
+  std::optional<uint64_t> max_bytes;             // bytes of its namespace in the store
+  std::optional<uint32_t> max_compute_inflight;  // its PREFILL/COMPOSE queued or running
+};
+
 struct ServerConfig {
   // Where the file came from ("" when none); informational.
   std::string config_file;
@@ -54,8 +72,11 @@ struct ServerConfig {
   std::string unix_socket;  // "" = <data_dir>/hypicd.sock after resolution; "off" disables
   std::string token;        // data-plane token; required for a non-loopback listen address
   std::string admin_token;  // admin-operation token; must differ from `token`
+  std::vector<TenantConfig> tenants;  // [[tenant]] tables; empty: EffectiveTenants' default
   std::optional<Endpoint> metrics = Endpoint{"127.0.0.1", 9411};  // nullopt: "off"
-  std::string ready_file;  // written once serving: bound addresses, one per line
+  std::string metrics_token;    // bearer token /metrics requires; needed off loopback
+  bool metrics_public = false;  // serve /metrics off loopback without a token, knowingly
+  std::string ready_file;       // written once serving: bound addresses, one per line
 
   // Storage and model.
   std::string data_dir = "./hypic-data";
@@ -120,6 +141,11 @@ struct ConfigKey {
 };
 
 const std::vector<ConfigKey>& ConfigKeys();
+
+// The tenants the daemon serves: the [[tenant]] tables, or without any, one default tenant
+// "default" of namespace "" that may read and compute, selected by `token` (none: by
+// connections that present no token).
+std::vector<TenantConfig> EffectiveTenants(const ServerConfig& config);
 
 // Looks up an environment variable; returns nullopt when unset. Tests pass a map.
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;

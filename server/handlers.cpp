@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "core/logging.h"
 #include "gpu/runtime/model_jobs.h"
 #include "protocol/wire_codec.h"
+#include "server/tenants.h"
 #include "storage/entry_format.h"
 
 namespace hypic::server {
@@ -195,7 +197,7 @@ Reply Handlers::Has(const Request& req) {
   std::vector<SegmentKey> keys;
   keys.reserve(has->keys.size());
   for (const auto& k : has->keys) keys.emplace_back(k);
-  auto probe = store_.Probe(keys, /*pin_hits=*/false);
+  auto probe = store_.Probe(keys, /*pin_hits=*/false, BoundNamespace(req));
   protocol::HasReply reply;
   reply.tiers.reserve(keys.size());
   for (const auto& t : probe.tiers) reply.tiers.push_back(t ? WireTier(*t) : protocol::Tier::kNone);
@@ -204,12 +206,15 @@ Reply Handlers::Has(const Request& req) {
 
 Reply Handlers::Get(const Request& req) {
   SegmentKey key(req.header.key);
-  // The tier first (it is not part of the handle), then the bytes.
-  auto probe = store_.Probe(std::span<const SegmentKey>(&key, 1), /*pin_hits=*/false);
+  // The tier first (it is not part of the handle), then the bytes. A key of another namespace
+  // is absent for this tenant; it stays so, as a key's namespace is hashed into it.
+  auto probe =
+      store_.Probe(std::span<const SegmentKey>(&key, 1), /*pin_hits=*/false, BoundNamespace(req));
+  if (!probe.tiers[0]) return Reply::Error(req, NotFound("no entry " + key.ToHex()));
   auto handle = store_.Get(key, storage::Access::kHostBytes);
   if (!handle.ok()) return Reply::Error(req, handle.status());
   protocol::GetInfo info;
-  info.tier = probe.tiers[0] ? WireTier(*probe.tiers[0]) : protocol::Tier::kSsd;
+  info.tier = WireTier(*probe.tiers[0]);
   Reply r = Reply::Ok(req, {}, protocol::Encode(info));
   // Zero copy: the reply streams the tier's bytes; the handle keeps them alive until written.
   r.view = (*handle)->host;
@@ -244,6 +249,10 @@ Reply Handlers::Put(const Request& req) {
   auto options = protocol::DecodePutOptions(req.ext);
   if (!options.ok()) return Reply::Error(req, options.status());
   if (!req.body) return Reply::Error(req, BadRequest("PUT without an entry body"));
+  // A pin is an admin operation (PIN): a PUT may not take one on the side.
+  if (options->pin && !req.admin) {
+    return Reply::Error(req, Unauthorized("PUT with pin needs the admin grant; use PIN"));
+  }
   // Full validation (layout, every checksum, key == hash of its contents) before anything is
   // stored; the entry then views the request's buffer, which the store keeps.
   auto entry = storage::Parse(req.body);
@@ -252,6 +261,18 @@ Reply Handlers::Put(const Request& req) {
     return Reply::Error(req,
                         BadRequest(fmt::format("PUT: header key {} but the entry is {}",
                                                req.header.key.ToHex(), (*entry)->key().ToHex())));
+  }
+  if (const std::string* ns = BoundNamespace(req); ns && (*entry)->meta().name_space != *ns) {
+    return Reply::Error(
+        req, Unauthorized(fmt::format("PUT: the entry is of namespace '{}', this tenant's is '{}'",
+                                      (*entry)->meta().name_space, *ns)));
+  }
+  // An entry already stored is left as it is (TierManager::Put): no second writer, and the
+  // options apply to a new entry only, which is also all that counts against a quota.
+  if (req.tenant->config.max_bytes && !Visible(req, (*entry)->key())) {
+    if (Status quota = CheckBytesQuota(req, req.body->size()); !quota.ok()) {
+      return Reply::Error(req, quota);
+    }
   }
   storage::PutOptions put;
   put.ttl = std::chrono::seconds(options->ttl_s);
@@ -264,6 +285,7 @@ Reply Handlers::Put(const Request& req) {
 Reply Handlers::Del(const Request& req) {
   storage::EvictRequest evict;
   evict.key = SegmentKey(req.header.key);
+  if (const std::string* ns = BoundNamespace(req)) evict.name_space = *ns;
   auto result = store_.Evict(evict);
   if (result.entries == 0) {
     if (result.skipped_pinned > 0) {
@@ -276,6 +298,7 @@ Reply Handlers::Del(const Request& req) {
 
 Reply Handlers::PinOp(const Request& req, bool pin) {
   SegmentKey key(req.header.key);
+  if (!Visible(req, key)) return Reply::Error(req, NotFound("no entry " + key.ToHex()));
   Status st = pin ? store_.Pin(key) : store_.Unpin(key);
   return st.ok() ? Reply::Ok(req) : Reply::Error(req, st);
 }
@@ -298,8 +321,13 @@ Reply Handlers::Evict(const Request& req) {
       break;
     case protocol::EvictBy::kAll: break;
   }
-  auto result = store_.Evict(evict);
   protocol::EvictReply out;
+  if (const std::string* ns = BoundNamespace(req)) {
+    // Only this tenant's entries; another namespace has none for it.
+    if (evict.name_space && *evict.name_space != *ns) return Reply::Ok(req, protocol::Encode(out));
+    evict.name_space = *ns;
+  }
+  auto result = store_.Evict(evict);
   out.entries = result.entries;
   out.bytes = result.bytes;
   return Reply::Ok(req, protocol::Encode(out));
@@ -315,6 +343,10 @@ Reply Handlers::List(const Request& req) const {
   if (!in.ok()) return Reply::Error(req, in.status());
   std::optional<std::string> ns;
   if (!in->name_space.empty()) ns = in->name_space;
+  if (const std::string* bound = BoundNamespace(req)) {
+    if (ns && *ns != *bound) return Reply::Ok(req, protocol::Encode(protocol::ListReply{}));
+    ns = *bound;
+  }
   auto all = store_.List(ns);
   auto tier = StoreTier(in->tier);
   if (tier) {
@@ -352,10 +384,14 @@ Reply Handlers::List(const Request& req) const {
 
 Reply Handlers::Verify(const Request& req) {
   std::vector<SegmentKey> keys;
+  const std::string* bound = BoundNamespace(req);
   if (req.header.key.IsZero()) {
-    for (const auto& e : store_.List()) keys.push_back(e.info.key);
+    for (const auto& e : store_.List(bound ? std::optional<std::string>(*bound) : std::nullopt)) {
+      keys.push_back(e.info.key);
+    }
   } else {
     keys.emplace_back(req.header.key);
+    if (!Visible(req, keys[0])) return Reply::Error(req, NotFound("no entry " + keys[0].ToHex()));
   }
   protocol::VerifyReply out;
   for (const auto& key : keys) {
@@ -421,6 +457,21 @@ Reply Handlers::Stats(const Request& req) const {
 Reply Handlers::Config(const Request& req) const {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& k : ConfigKeys()) j[std::string(k.name)] = k.get(config_);
+  nlohmann::json tenants = nlohmann::json::array();
+  for (const TenantConfig& t : EffectiveTenants(config_)) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (std::string_view name : protocol::PermissionNames(t.permissions)) {
+      ops.push_back(std::string(name));
+    }
+    nlohmann::json tj = {{"name", t.name},
+                         {"token", t.token.empty() ? "" : "<set>"},
+                         {"namespace", t.name_space},
+                         {"ops", std::move(ops)}};
+    if (t.max_bytes) tj["max_bytes"] = *t.max_bytes;
+    if (t.max_compute_inflight) tj["max_compute_inflight"] = *t.max_compute_inflight;
+    tenants.push_back(std::move(tj));
+  }
+  j["tenant"] = std::move(tenants);
   return Reply::Ok(req, JsonBytes(j));
 }
 
@@ -436,15 +487,63 @@ void Handlers::Compute(Request req, Done done) {
         req, Unsupported(fmt::format("{}: this daemon serves no model (model = \"none\")",
                                      protocol::OpcodeName(req.header.opcode)))));
   }
+  Tenant* tenant = req.tenant;  // non-null: the session admits compute only with a tenant
+  const std::optional<uint32_t> limit = tenant->config.max_compute_inflight;
+  if (tenant->compute_inflight.fetch_add(1) >=
+      limit.value_or(std::numeric_limits<uint32_t>::max())) {
+    tenant->compute_inflight.fetch_sub(1);
+    metrics_.QuotaRefused(tenant->config.name, "compute_inflight");
+    return done(
+        Reply::Error(req, QuotaExceeded(fmt::format("tenant '{}' has {} compute requests in flight "
+                                                    "(max_compute_inflight)",
+                                                    tenant->config.name, *limit))));
+  }
+  // The slot is given back when the reply is produced, whichever path produces it.
+  Done release = [tenant, done = std::move(done)](Reply reply) {
+    tenant->compute_inflight.fetch_sub(1);
+    done(std::move(reply));
+  };
   auto shared = std::make_shared<Request>(std::move(req));
-  Status st = compute_.Submit(shared->deadline, [this, shared, done](Status ready) {
-    if (!ready.ok()) return done(Reply::Error(*shared, ready));
+  Status st = compute_.Submit(shared->deadline, [this, shared, release](Status ready) {
+    if (!ready.ok()) return release(Reply::Error(*shared, ready));
     bool compose = shared->header.opcode == Opcode::kCompose;
     auto body = compose ? Compose(*shared) : Prefill(*shared);
-    if (!body.ok()) return done(Reply::Error(*shared, body.status()));
-    done(Reply::Ok(*shared, std::move(body).value()));
+    if (!body.ok()) return release(Reply::Error(*shared, body.status()));
+    release(Reply::Ok(*shared, std::move(body).value()));
   });
-  if (!st.ok()) done(Reply::Error(*shared, st));
+  if (!st.ok()) release(Reply::Error(*shared, st));
+}
+
+const std::string* Handlers::BoundNamespace(const Request& req) {
+  if (protocol::IsAdminOpcode(req.header.opcode) && req.admin_daemon_wide) return nullptr;
+  return req.tenant != nullptr ? req.tenant->bound_namespace() : nullptr;
+}
+
+Result<std::string> Handlers::ComputeNamespace(const Request& req, const std::string& requested) {
+  const std::string* bound = BoundNamespace(req);
+  if (bound == nullptr) return requested;
+  if (!requested.empty() && requested != *bound) {
+    return Unauthorized(fmt::format("{}: namespace '{}', but this token is bound to '{}'",
+                                    protocol::OpcodeName(req.header.opcode), requested, *bound));
+  }
+  return *bound;
+}
+
+Status Handlers::CheckBytesQuota(const Request& req, uint64_t adding) {
+  if (req.tenant == nullptr || !req.tenant->config.max_bytes) return Status::Ok();
+  const TenantConfig& t = req.tenant->config;
+  const uint64_t used = store_.NamespaceBytes(t.name_space);
+  if (used < *t.max_bytes && adding <= *t.max_bytes - used) return Status::Ok();
+  metrics_.QuotaRefused(t.name, "bytes");
+  return QuotaExceeded(fmt::format(
+      "tenant '{}' stores {} bytes in namespace '{}'; {} more would pass its max_bytes {}", t.name,
+      used, t.name_space, adding, *t.max_bytes));
+}
+
+bool Handlers::Visible(const Request& req, const SegmentKey& key) {
+  return store_.Probe(std::span<const SegmentKey>(&key, 1), /*pin_hits=*/false, BoundNamespace(req))
+      .tiers[0]
+      .has_value();
 }
 
 uint32_t Handlers::SeamOf(uint32_t requested) const {
@@ -466,8 +565,10 @@ SegmentKey Handlers::KeyOf(const std::string& name_space, uint32_t seam_w,
                              SegmentOptionsOf(name_space, seam_w).Settings(), tokens);
 }
 
-Result<Handlers::EntryPtr> Handlers::Lookup(const SegmentKey& key, protocol::Tier* tier) {
-  auto probe = store_.Probe(std::span<const SegmentKey>(&key, 1), /*pin_hits=*/false);
+Result<Handlers::EntryPtr> Handlers::Lookup(const SegmentKey& key, protocol::Tier* tier,
+                                            const std::string* only_namespace) {
+  auto probe =
+      store_.Probe(std::span<const SegmentKey>(&key, 1), /*pin_hits=*/false, only_namespace);
   if (!probe.tiers[0]) return EntryPtr();
   auto handle = store_.Get(key, storage::Access::kHostBytes);
   if (!handle.ok()) {
@@ -488,6 +589,7 @@ Result<protocol::Bytes> Handlers::Prefill(const Request& req) {
   auto start = Clock::now();
   HYPIC_ASSIGN_OR_RETURN(protocol::PrefillRequest in,
                          protocol::Decode<protocol::PrefillRequest>(req.Body()));
+  HYPIC_ASSIGN_OR_RETURN(in.name_space, ComputeNamespace(req, in.name_space));
   uint32_t seam = SeamOf(in.seam_w);
   const model::SegmentOptions options = SegmentOptionsOf(in.name_space, seam);
   protocol::PrefillReply out;
@@ -511,6 +613,8 @@ Result<protocol::Bytes> Handlers::Prefill(const Request& req) {
   }
   auto probe_done = Clock::now();
   if (!jobs.empty()) {
+    // The misses' entries are stored in the tenant's namespace: checked before they are made.
+    HYPIC_RETURN_IF_ERROR(CheckBytesQuota(req, 0));
     HYPIC_ASSIGN_OR_RETURN(auto pending, scheduler_->Submit(std::move(jobs), req.deadline));
     HYPIC_ASSIGN_OR_RETURN(std::vector<EntryPtr> computed, pending->Wait());
     for (size_t j = 0; j < computed.size(); ++j) {
@@ -542,6 +646,7 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
                          protocol::Decode<protocol::ComposeRequest>(req.Body()));
   HYPIC_ASSIGN_OR_RETURN(protocol::ComposeOptions reply_options,
                          protocol::DecodeComposeOptions(req.ext));
+  HYPIC_ASSIGN_OR_RETURN(in.name_space, ComputeNamespace(req, in.name_space));
   const DType state_dtype = reply_options.state_dtype;
   if (state_dtype != DType::kF32 && state_dtype != DType::kBF16 && state_dtype != DType::kF16) {
     return BadRequest(fmt::format("COMPOSE state_dtype {}: the state is sent as F32, BF16 or F16",
@@ -582,9 +687,9 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
     mp.kind = model::ComposePart::Kind::kSegment;
     auto t0 = Clock::now();
     if (p.kind == protocol::PartKind::kSegmentKey) {
-      // Named by key: the tokens come from the stored entry.
+      // Named by key: the tokens come from the stored entry (one of this tenant's).
       SegmentKey key(p.key);
-      HYPIC_ASSIGN_OR_RETURN(EntryPtr entry, Lookup(key, &pr.tier));
+      HYPIC_ASSIGN_OR_RETURN(EntryPtr entry, Lookup(key, &pr.tier, BoundNamespace(req)));
       if (!entry) return NotFound(fmt::format("COMPOSE part {}: no entry {}", i, key.ToHex()));
       if (entry->meta().settings.seam_w != seam) {
         return BadRequest(fmt::format("COMPOSE part {}: entry has seam {} but the request uses {}",
@@ -617,6 +722,11 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
     }
     pr.n_tokens = static_cast<uint32_t>(mp.tokens.size());
     out.parts.push_back(pr);
+  }
+  if (std::any_of(out.parts.begin(), out.parts.end(), [](const protocol::PartResult& p) {
+        return p.outcome == protocol::PartOutcome::kMiss;
+      })) {
+    HYPIC_RETURN_IF_ERROR(CheckBytesQuota(req, 0));  // the misses will be stored
   }
   if (in.return_state) {
     // Refuse a reply that cannot be sent before computing it: its size is known from the prompt

@@ -7,6 +7,13 @@
 //                         stored as it completes) and COMPOSE combines them (ColdCompose);
 //   STATS, EVICT, PIN, UNPIN, FLUSH, CONFIG, SHUTDOWN, LIST, VERIFY (admin only).
 //
+// Tenants (tenants.h): a request of a namespace-bound tenant addresses only keys of its
+// namespace. A key of another namespace is answered as if absent (NOT_FOUND, a miss in HAS,
+// nothing listed or evicted), so nobody can probe another tenant's entries; a PREFILL or
+// COMPOSE that names another namespace is UNAUTHORIZED. Admin operations granted by the admin
+// token or a trusted peer span every namespace. Quotas (max_bytes, max_compute_inflight) are
+// answered QUOTA_EXCEEDED and counted (hypic_quota_refusals_total).
+//
 // Cheap operations answer inline on the calling (session) thread; compute operations are
 // queued (BUSY at once when the queue is full) and answer from a compute worker. Either way
 // `done` is called exactly once. Without a model (model = "none") PREFILL and COMPOSE answer
@@ -84,6 +91,17 @@ class Handlers {
   Reply Put(const Request& req);
   Reply Del(const Request& req);
   Reply PinOp(const Request& req, bool pin);
+  // The namespace `req`'s keys must be in, or nullptr when any will do (an unbound tenant, or
+  // an admin operation with the daemon-wide grant).
+  static const std::string* BoundNamespace(const Request& req);
+  // The namespace a PREFILL or COMPOSE computes in: the bound one (`requested` must be empty or
+  // equal to it: kUnauthorized otherwise), else `requested`.
+  static Result<std::string> ComputeNamespace(const Request& req, const std::string& requested);
+  // kQuotaExceeded (and the metric) when the tenant's namespace holds max_bytes or more, or
+  // would with `adding` more bytes.
+  Status CheckBytesQuota(const Request& req, uint64_t adding);
+  // Whether `key` is stored, as the tenant of `req` may see it.
+  bool Visible(const Request& req, const SegmentKey& key);
   Reply Evict(const Request& req);
   Reply FlushOp(const Request& req);
   Reply List(const Request& req) const;
@@ -112,8 +130,10 @@ class Handlers {
   model::SegmentOptions SegmentOptionsOf(const std::string& name_space, uint32_t seam_w) const;
   SegmentKey KeyOf(const std::string& name_space, uint32_t seam_w,
                    std::span<const uint32_t> tokens) const;
-  // The stored entry of `key` (parsed and verified), or nullptr on a miss; `tier` gets where.
-  Result<EntryPtr> Lookup(const SegmentKey& key, protocol::Tier* tier);
+  // The stored entry of `key` (parsed and verified), or nullptr on a miss (a key of another
+  // namespace than `only_namespace`, when given, is one); `tier` gets where.
+  Result<EntryPtr> Lookup(const SegmentKey& key, protocol::Tier* tier,
+                          const std::string* only_namespace = nullptr);
   // Where `key` is stored now (kNone when it is not).
   protocol::Tier StoredTier(const SegmentKey& key);
 

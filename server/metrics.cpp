@@ -106,6 +106,12 @@ Metrics::Metrics()
                    .Name("hypic_frames_rejected_total")
                    .Help("Malformed or disallowed frames, by decoder verdict")
                    .Register(*registry_);
+  quota_refusals_ = &prometheus::BuildCounter()
+                         .Name("hypic_quota_refusals_total")
+                         .Help(
+                             "Requests refused QUOTA_EXCEEDED, by tenant and quota (bytes, "
+                             "compute_inflight)")
+                         .Register(*registry_);
   ttft_ = &prometheus::BuildHistogram()
                .Name("hypic_ttft_seconds")
                .Help("COMPOSE: time from receipt to first-token logits")
@@ -131,8 +137,8 @@ Metrics::Metrics()
 
 Metrics::~Metrics() = default;
 
-Result<uint16_t> Metrics::Serve(const Endpoint& endpoint,
-                                std::function<MetricsHttpHealth()> health) {
+Result<uint16_t> Metrics::Serve(const Endpoint& endpoint, std::function<MetricsHttpHealth()> health,
+                                std::string bearer_token) {
   MetricsHttpEndpoint::HealthFn probe;
   if (health) {
     probe = [health = std::move(health)] {
@@ -140,7 +146,8 @@ Result<uint16_t> Metrics::Serve(const Endpoint& endpoint,
       return MetricsHttpEndpoint::Health{h.live, h.ready, std::move(h.detail)};
     };
   }
-  http_ = std::make_unique<MetricsHttpEndpoint>([this] { return Render(); }, std::move(probe));
+  http_ = std::make_unique<MetricsHttpEndpoint>([this] { return Render(); }, std::move(probe),
+                                                std::move(bearer_token));
   auto port = http_->Start(endpoint.host, endpoint.port);
   if (!port.ok()) http_.reset();
   return port;
@@ -178,6 +185,10 @@ void Metrics::ConnectionDropped(std::string_view reason) {
 }
 void Metrics::FrameRejected(std::string_view reason) {
   rejected_->Add({{"reason", std::string(reason)}}).Increment();
+}
+void Metrics::QuotaRefused(std::string_view tenant, std::string_view quota) {
+  quota_refusals_->Add({{"tenant", std::string(tenant)}, {"quota", std::string(quota)}})
+      .Increment();
 }
 void Metrics::AddNetworkBytes(uint64_t in, uint64_t out) {
   if (in > 0) bytes_in_->Increment(static_cast<double>(in));

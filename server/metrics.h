@@ -8,6 +8,8 @@
 //   hypic_connections / hypic_connections_dropped_total{reason}  (refused or closed by us)
 //   hypic_frames_rejected_total{reason}             malformed input by decoder verdict
 //   hypic_network_bytes_total{direction}
+//   hypic_quota_refusals_total{tenant,quota}        requests refused QUOTA_EXCEEDED (quota:
+//                                                   bytes, compute_inflight)
 //   hypic_tier_{hits,misses,evictions}_total{tier},
 //   hypic_tier_{bytes,capacity_bytes,entries}{tier}, hypic_tier_checksum_failures_total{tier} read
 //   from the store at scrape time
@@ -70,8 +72,10 @@ class Metrics {
   Metrics& operator=(const Metrics&) = delete;
 
   // Starts the HTTP endpoint (/metrics, and the probes /healthz and /readyz answered from
-  // `health`). Returns the bound port (useful with port 0) or kIoError.
-  Result<uint16_t> Serve(const Endpoint& endpoint, std::function<MetricsHttpHealth()> health = {});
+  // `health`); a non-empty `bearer_token` is what /metrics requires (the probes stay open).
+  // Returns the bound port (useful with port 0) or kIoError.
+  Result<uint16_t> Serve(const Endpoint& endpoint, std::function<MetricsHttpHealth()> health = {},
+                         std::string bearer_token = "");
 
   // The store's counters, read at every scrape. Call before Serve; not thread-safe with scrapes.
   void SetTierSampler(TierSampler sampler);
@@ -84,6 +88,7 @@ class Metrics {
   void ConnectionDropped(std::string_view reason);
   void FrameRejected(std::string_view reason);
   void AddNetworkBytes(uint64_t in, uint64_t out);
+  void QuotaRefused(std::string_view tenant, std::string_view quota);
 
   // The text exposition of every metric (the same bytes /metrics returns); for tests and STATS.
   std::string Render() const;
@@ -101,6 +106,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* durations_ = nullptr;
   prometheus::Family<prometheus::Counter>* dropped_ = nullptr;
   prometheus::Family<prometheus::Counter>* rejected_ = nullptr;
+  prometheus::Family<prometheus::Counter>* quota_refusals_ = nullptr;
   prometheus::Histogram* ttft_ = nullptr;
   prometheus::Gauge* queue_depth_ = nullptr;
   prometheus::Gauge* connections_ = nullptr;

@@ -8,10 +8,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <string_view>
+
+#include "protocol/session.h"
 
 namespace hypic::server {
 
@@ -50,6 +53,31 @@ std::string Response(int code, std::string_view reason, std::string_view content
   return fmt::format(
       "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
       code, reason, content_type, body.size(), body);
+}
+
+// The value of header `name` (case-insensitive) in `request`, trimmed; "" when absent.
+std::string_view HeaderValue(std::string_view request, std::string_view name) {
+  size_t at = request.find('\n');
+  while (at != std::string_view::npos && at + 1 < request.size()) {
+    std::string_view line = request.substr(at + 1);
+    at = request.find('\n', at + 1);
+    line = line.substr(0, line.find('\n'));
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const size_t colon = line.find(':');
+    if (colon != name.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < colon && same; ++i) {
+      same = std::tolower(static_cast<unsigned char>(line[i])) ==
+             std::tolower(static_cast<unsigned char>(name[i]));
+    }
+    if (!same) continue;
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+      value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    return value;
+  }
+  return {};
 }
 
 }  // namespace
@@ -166,6 +194,19 @@ void MetricsHttpEndpoint::ServeOne(int fd) {
     SendAll(fd, Response(404, "Not Found", "text/plain", "try /metrics, /healthz or /readyz\n"),
             stop_);
     return;
+  }
+  if (!bearer_token_.empty()) {
+    std::string_view auth = HeaderValue(request, "Authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    const bool ok = auth.size() > kBearer.size() && auth.substr(0, kBearer.size()) == kBearer &&
+                    protocol::TokensEqual(auth.substr(kBearer.size()), bearer_token_);
+    if (!ok) {
+      SendAll(fd,
+              Response(401, "Unauthorized", "text/plain",
+                       "/metrics needs the header Authorization: Bearer <metrics_token>\n"),
+              stop_);
+      return;
+    }
   }
   send(200, "OK", "text/plain; version=0.0.4", render_());
 }

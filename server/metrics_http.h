@@ -2,7 +2,10 @@
 // `GET /metrics` with the Prometheus text exposition produced by a render callback, the probes
 // `GET /healthz` (liveness: 200 while the process serves) and `GET /readyz` (readiness: 200 once
 // the model is loaded and the store is open, 503 before and while draining), 404 for any other
-// path, 405 for other methods, and closes every connection after one response.
+// path, 405 for other methods, and closes every connection after one response. With a bearer
+// token, /metrics answers 401 unless the request carries `Authorization: Bearer <token>`; the
+// probes stay unauthenticated (they tell only whether the daemon is up, and the kubelet probes
+// them over the pod IP).
 //
 // Why our own and not prometheus::Exposer: the Exposer's embedded civetweb crashed (SIGSEGV in
 // its request path formatting) on the first scrape in builds that link the CUDA runtime, which
@@ -39,8 +42,11 @@ class MetricsHttpEndpoint {
   // The paths served (the deploy manifests' probes must name one of these).
   static constexpr std::string_view kPaths[] = {"/metrics", "/healthz", "/readyz"};
 
-  explicit MetricsHttpEndpoint(Render render, HealthFn health = {})
-      : render_(std::move(render)), health_(std::move(health)) {}
+  // `bearer_token` empty: /metrics is open to whoever reaches the port.
+  explicit MetricsHttpEndpoint(Render render, HealthFn health = {}, std::string bearer_token = "")
+      : render_(std::move(render)),
+        health_(std::move(health)),
+        bearer_token_(std::move(bearer_token)) {}
   ~MetricsHttpEndpoint();
   MetricsHttpEndpoint(const MetricsHttpEndpoint&) = delete;
   MetricsHttpEndpoint& operator=(const MetricsHttpEndpoint&) = delete;
@@ -56,6 +62,7 @@ class MetricsHttpEndpoint {
 
   Render render_;
   HealthFn health_;
+  const std::string bearer_token_;
   int listen_fd_ = -1;
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -27,6 +27,7 @@ namespace hypic::server {
 using Clock = std::chrono::steady_clock;
 
 struct Reply;
+struct Tenant;  // tenants.h
 
 // The session's side of one streamed reply. Thread-safe: called from a compute worker.
 class ChunkWriter {
@@ -49,6 +50,11 @@ struct Request {
   Clock::time_point received;
   Clock::time_point deadline;  // min(request_timeout, header.deadline_ms) after `received`
   bool admin = false;          // the connection holds the admin grant
+  // ... from the admin token or a trusted peer: its admin operations span every namespace.
+  bool admin_daemon_wide = false;
+  // The connection's tenant (namespace, permissions, quotas); null when it holds only the admin
+  // token. Owned by the Server.
+  Tenant* tenant = nullptr;
   // Set when the client announced CHUNKED: how a handler streams its reply. Null otherwise.
   std::shared_ptr<ChunkWriter> chunks;
 

@@ -108,6 +108,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
   std::unique_ptr<Server> s(new Server(std::move(config)));
   const ServerConfig& c = s->config_;
   s->metrics_ = std::make_unique<Metrics>();
+  s->tenants_ = std::make_unique<Tenants>(c);
 
   // The store: HBM (CUDA only) -> host RAM -> SSD, each present when its capacity is > 0.
   gpu::Backend* cuda = gpu::FindBackend(gpu::BackendKind::kCuda);
@@ -232,7 +233,8 @@ Status Server::Start() {
   }
   tcp_port_ = tcp_acceptor_.local_endpoint().port();
 
-  // Unix socket: owner-only, since a local peer may get the admin grant.
+  // Unix socket: owner-only, so only the daemon's account (and root) can connect; peers are
+  // still checked by uid (SO_PEERCRED) before they get the admin grant.
   unix_path_ = config_.UnixSocketPath();
   if (!unix_path_.empty()) {
     if (unix_path_.size() >= sizeof(sockaddr_un::sun_path)) {
@@ -270,14 +272,17 @@ Status Server::Start() {
   if (config_.metrics) {
     // Live while the process serves; ready once Open loaded the model and opened the store
     // (which happened before this point) and the listeners are up, and not while draining.
-    auto port = metrics_->Serve(*config_.metrics, [this] {
-      MetricsHttpHealth h;
-      const bool draining = draining_.load();
-      h.ready = serving_.load() && !draining && store_ != nullptr &&
-                (model_ != nullptr || config_.model == "none");
-      h.detail = draining ? "draining" : h.ready ? "" : "starting";
-      return h;
-    });
+    auto port = metrics_->Serve(
+        *config_.metrics,
+        [this] {
+          MetricsHttpHealth h;
+          const bool draining = draining_.load();
+          h.ready = serving_.load() && !draining && store_ != nullptr &&
+                    (model_ != nullptr || config_.model == "none");
+          h.detail = draining ? "draining" : h.ready ? "" : "starting";
+          return h;
+        },
+        config_.metrics_token);
     if (!port.ok()) return port.status().WithContext("config key 'metrics'");
     metrics_port = *port;
   }
@@ -348,7 +353,8 @@ void Server::AcceptTcp() {
       }
       std::string peer =
           opt_ec ? "tcp:?" : fmt::format("tcp:{}:{}", remote.address().to_string(), remote.port());
-      Admit(context, std::move(socket), local, std::move(peer));
+      // Never trusted with admin: any local account can reach a loopback port.
+      Admit(context, std::move(socket), /*trusted=*/false, std::move(peer));
     }
     if (!draining_) AcceptTcp();
   });
@@ -356,25 +362,32 @@ void Server::AcceptTcp() {
 
 void Server::AcceptUnix() {
   asio::io_context& context = NextContext();
-  unix_acceptor_.async_accept(context,
-                              [this, &context](const boost::system::error_code& ec,
-                                               asio::local::stream_protocol::socket socket) {
-                                if (ec) {
-                                  if (ec == asio::error::operation_aborted || draining_) return;
-                                  HYPIC_LOG_WARN("accept (unix): {}", ec.message());
-                                } else {
-                                  Admit(context, std::move(socket), /*local=*/true, "unix");
-                                }
-                                if (!draining_) AcceptUnix();
-                              });
+  unix_acceptor_.async_accept(
+      context, [this, &context](const boost::system::error_code& ec,
+                                asio::local::stream_protocol::socket socket) {
+        if (ec) {
+          if (ec == asio::error::operation_aborted || draining_) return;
+          HYPIC_LOG_WARN("accept (unix): {}", ec.message());
+        } else {
+          // The kernel's word for who connected: the daemon's own account or root is trusted.
+          ucred cred{};
+          socklen_t len = sizeof(cred);
+          const bool known =
+              ::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
+          const bool trusted = known && (cred.uid == ::geteuid() || cred.uid == 0);
+          std::string peer = known ? fmt::format("unix:uid={}", cred.uid) : "unix:uid=?";
+          Admit(context, std::move(socket), trusted, std::move(peer));
+        }
+        if (!draining_) AcceptUnix();
+      });
 }
 
 template <typename ProtoSocket>
-void Server::Admit(asio::io_context& context, ProtoSocket socket, bool local, std::string peer) {
+void Server::Admit(asio::io_context& context, ProtoSocket socket, bool trusted, std::string peer) {
   uint64_t id = next_session_id_.fetch_add(1);
   auto session =
       std::make_shared<Session>(*this, asio::make_strand(context),
-                                Session::Socket(std::move(socket)), id, local, std::move(peer));
+                                Session::Socket(std::move(socket)), id, trusted, std::move(peer));
   bool refuse = false;
   {
     MutexLock lock(&mu_);

@@ -35,6 +35,7 @@
 #include "server/config.h"
 #include "server/handlers.h"
 #include "server/metrics.h"
+#include "server/tenants.h"
 #include "storage/tier_manager.h"
 
 namespace hypic::server {
@@ -58,6 +59,7 @@ class Server {
   const ServerConfig& config() const { return config_; }
   Metrics& metrics() { return *metrics_; }
   Handlers& handlers() { return *handlers_; }
+  const Tenants& tenants() const { return *tenants_; }
   uint16_t tcp_port() const { return tcp_port_; }
 
   // Session bookkeeping (called by Session on its strand).
@@ -71,7 +73,7 @@ class Server {
   // The io_context for the next connection (round robin); called on io_.
   boost::asio::io_context& NextContext();
   template <typename ProtoSocket>
-  void Admit(boost::asio::io_context& context, ProtoSocket socket, bool local, std::string peer);
+  void Admit(boost::asio::io_context& context, ProtoSocket socket, bool trusted, std::string peer);
   // Stops every io_context (the end of the drain).
   void StopContexts();
   void BeginDrain(const std::string& reason);
@@ -82,6 +84,7 @@ class Server {
   // destroyed before the objects sessions call into.
   ServerConfig config_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Tenants> tenants_;
   std::unique_ptr<storage::TierManager> store_;
   std::shared_ptr<const model::Model> model_;
   // The miss path (with a model): CPU workers, the host transport, the cost model and the

@@ -101,17 +101,15 @@ class Session::StreamWriter : public ChunkWriter {
   std::shared_ptr<StreamState> state_;
 };
 
-Session::Session(Server& server, Strand strand, Socket socket, uint64_t id, bool local,
+Session::Session(Server& server, Strand strand, Socket socket, uint64_t id, bool trusted,
                  std::string peer)
     : server_(server),
       strand_(std::move(strand)),
       socket_(std::move(socket)),
       timer_(strand_),
       id_(id),
-      local_(local),
       peer_(std::move(peer)),
-      proto_(protocol::AuthPolicy{server.config().token, server.config().admin_token, local},
-             server.handlers().ReadyLimits()) {
+      proto_(server.tenants().Policy(trusted), server.handlers().ReadyLimits()) {
   accepted_ = Clock::now();
   last_progress_ = accepted_;
   last_write_progress_ = accepted_;
@@ -345,6 +343,8 @@ void Session::Dispatch(Request req) {
   if (req.header.deadline_ms != 0) budget_ms = std::min(budget_ms, req.header.deadline_ms);
   req.deadline = req.received + std::chrono::milliseconds(budget_ms);
   req.admin = proto_.admin();
+  req.admin_daemon_wide = proto_.admin_daemon_wide();
+  req.tenant = server_.tenants().Get(proto_.tenant());
   ++pending_handlers_;
   uint64_t bytes = req.WireSize();
   Clock::time_point received = req.received;
@@ -397,8 +397,9 @@ void Session::HandleHello(Request req) {
     CloseAfterWrites(st.code(), st.message());
     return;
   }
-  HYPIC_LOG_DEBUG("session {}: HELLO from '{}' (admin={})", id_, hello->client_name,
-                  proto_.admin());
+  const Tenant* tenant = server_.tenants().Get(proto_.tenant());
+  HYPIC_LOG_DEBUG("session {}: HELLO from '{}' (tenant {}, admin={})", id_, hello->client_name,
+                  tenant != nullptr ? tenant->config.name : "none", proto_.admin());
   OnReply(Reply::Ok(req, protocol::Encode(info)), bytes, req.received);
 }
 

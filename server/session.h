@@ -58,8 +58,10 @@ class Session : public std::enable_shared_from_this<Session> {
   static constexpr size_t kRecvInitial = 16 << 10;
   static constexpr std::chrono::milliseconds kCloseGrace{1000};
 
-  // `local`: a unix-socket or loopback peer (matters for the admin grant without a token).
-  Session(Server& server, Strand strand, Socket socket, uint64_t id, bool local, std::string peer);
+  // `trusted`: a unix-socket peer running as the daemon's uid or root, which gets the admin
+  // grant when no admin token is configured.
+  Session(Server& server, Strand strand, Socket socket, uint64_t id, bool trusted,
+          std::string peer);
   ~Session();
 
   class StreamWriter;  // the ChunkWriter of this session's requests (session.cpp)
@@ -122,7 +124,6 @@ class Session : public std::enable_shared_from_this<Session> {
   Socket socket_;
   boost::asio::steady_timer timer_;
   const uint64_t id_;
-  const bool local_;
   const std::string peer_;
   protocol::ServerSession proto_;  // decoder, HELLO and admission state
 

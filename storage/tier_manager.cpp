@@ -60,6 +60,7 @@ Result<std::unique_ptr<TierManager>> TierManager::Create(TierManagerOptions opti
       item.last_access = std::chrono::system_clock::now();
       item.info = std::move(info);
       SegmentKey key = item.info.key;
+      m->namespace_bytes_[item.info.name_space] += item.info.bytes;
       m->items_.emplace(key, std::move(item));
     }
     HYPIC_LOG_INFO("storage: index rebuilt from the ssd tier: {} entries, {} bytes",
@@ -154,7 +155,17 @@ TierManager::PickVictimLocked(TierKind t) {
 
 void TierManager::EraseIfEmptyLocked(
     std::unordered_map<SegmentKey, Item, SegmentKeyHasher>::iterator it) {
-  if (it->second.mask == 0 && it->second.pending == nullptr) items_.erase(it);
+  if (it->second.mask == 0 && it->second.pending == nullptr) EraseItemLocked(it);
+}
+
+void TierManager::EraseItemLocked(
+    std::unordered_map<SegmentKey, Item, SegmentKeyHasher>::iterator it) {
+  auto ns = namespace_bytes_.find(it->second.info.name_space);
+  if (ns != namespace_bytes_.end()) {
+    ns->second -= std::min(ns->second, it->second.info.bytes);
+    if (ns->second == 0) namespace_bytes_.erase(ns);
+  }
+  items_.erase(it);
 }
 
 void TierManager::EraseLocked(std::unordered_map<SegmentKey, Item, SegmentKeyHasher>::iterator it) {
@@ -165,7 +176,7 @@ void TierManager::EraseLocked(std::unordered_map<SegmentKey, Item, SegmentKeyHas
     ++per_tier_[i].evictions;
   }
   // A write-back still in flight finds no item when it completes and removes its copy.
-  items_.erase(it);
+  EraseItemLocked(it);
 }
 
 void TierManager::EvictFromTierLocked(
@@ -240,16 +251,13 @@ Status TierManager::CommitLocked(Item& item, TierKind t, const TierEntry& prepar
   return Status::Ok();
 }
 
-bool TierManager::RefreshLocked(const SegmentKey& key, std::optional<Clock::time_point> expires,
-                                bool pin) {
+bool TierManager::PresentLocked(const SegmentKey& key) {
   auto it = items_.find(key);
   if (it == items_.end()) return false;
   if (Expired(it->second, Clock::now())) {
     EraseLocked(it);
     return false;
   }
-  it->second.expires = expires;
-  it->second.pinned = it->second.pinned || pin;
   return true;
 }
 
@@ -262,6 +270,7 @@ TierManager::Item& TierManager::NewItemLocked(const EntryInfo& info,
   item.last_access = std::chrono::system_clock::now();
   item.expires = expires;
   item.pinned = pin;
+  namespace_bytes_[info.name_space] += info.bytes;
   return items_.emplace(info.key, std::move(item)).first->second;
 }
 
@@ -336,7 +345,7 @@ Status TierManager::Put(std::shared_ptr<const HostBuffer> bytes, const PutOption
 
   {
     MutexLock lock(&mu_);
-    if (RefreshLocked(key, expires, options.pin)) return Status::Ok();
+    if (PresentLocked(key)) return Status::Ok();
   }
   // The copy into a memory tier runs without the lock, so others may put or evict the key
   // meanwhile: the index learns of this entry only when its copy is committed.
@@ -351,17 +360,17 @@ Status TierManager::Put(std::shared_ptr<const HostBuffer> bytes, const PutOption
       continue;
     }
     MutexLock lock(&mu_);  // released before `prepared` is: an unused copy is freed unlocked
-    if (RefreshLocked(key, expires, options.pin)) {
+    if (PresentLocked(key)) {
       placed = Status::Ok();  // a concurrent Put of the key won; this copy is dropped
     } else {
       placed = CommitLocked(NewItemLocked(h->info, expires, options.pin), t, *prepared, &writes);
-      if (!placed.ok()) items_.erase(key);
+      if (!placed.ok()) EraseItemLocked(items_.find(key));
     }
   }
   bool to_ssd = false;
   if (!placed.ok() && HasTier(TierKind::kSsd)) {
     MutexLock lock(&mu_);
-    if (!RefreshLocked(key, expires, options.pin)) {
+    if (!PresentLocked(key)) {
       Item& item = NewItemLocked(h->info, expires, options.pin);
       item.pending = h;
       writes.push_back({key, item.gen, h, /*demotion=*/false});
@@ -480,7 +489,8 @@ Result<EntryHandle> TierManager::Get(const SegmentKey& key, Access access) {
   return r;
 }
 
-ProbeResult TierManager::Probe(std::span<const SegmentKey> keys, bool pin_hits) {
+ProbeResult TierManager::Probe(std::span<const SegmentKey> keys, bool pin_hits,
+                               const std::string* only_namespace) {
   ProbeResult result;
   result.tiers.reserve(keys.size());
   result.pins.manager_ = this;
@@ -488,7 +498,8 @@ ProbeResult TierManager::Probe(std::span<const SegmentKey> keys, bool pin_hits) 
   MutexLock lock(&mu_);
   for (const SegmentKey& key : keys) {
     auto it = items_.find(key);
-    if (it == items_.end() || (Expired(it->second, now) && !Pinned(it->second))) {
+    if (it == items_.end() || (Expired(it->second, now) && !Pinned(it->second)) ||
+        (only_namespace != nullptr && it->second.info.name_space != *only_namespace)) {
       result.tiers.push_back(std::nullopt);
       continue;
     }
@@ -576,7 +587,7 @@ EvictResult TierManager::Evict(const EvictRequest& request) {
       result.bytes += item.info.bytes;
     }
     if (!request.tier) {
-      items_.erase(it);  // an in-flight write-back finds no item and removes its copy
+      EraseItemLocked(it);  // an in-flight write-back finds no item and removes its copy
     } else {
       EraseIfEmptyLocked(it);
     }
@@ -615,6 +626,12 @@ Status TierManager::Flush() {
   }
   Status flushed = ssd->Flush();
   return first.ok() ? flushed : first;
+}
+
+uint64_t TierManager::NamespaceBytes(const std::string& name_space) const {
+  MutexLock lock(&mu_);
+  auto it = namespace_bytes_.find(name_space);
+  return it == namespace_bytes_.end() ? 0 : it->second;
 }
 
 std::vector<TierStats> TierManager::Stats() const {

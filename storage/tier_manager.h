@@ -11,7 +11,8 @@
 // - Eviction per tier, LRU or cost-aware (lowest (tokens x layers) x (hits+1) / bytes first);
 //   expired entries go first. Pinned entries are never evicted: explicit pins (Pin/Unpin) and
 //   in-flight pins (the PinSet that Probe returns).
-// - TTL per entry; namespaces are part of the key, and Evict/List can filter by namespace.
+// - TTL per entry; namespaces are part of the key, and Probe/Evict/List can filter by
+//   namespace. The bytes of each namespace are counted (NamespaceBytes, for tenant quotas).
 // - Capacity is a hard bound per tier: a tier's usage never exceeds its capacity.
 //
 // Ownership: the manager owns its tiers. Get returns an EntryHandle that keeps the bytes alive
@@ -143,16 +144,19 @@ class TierManager {
   TierManager& operator=(const TierManager&) = delete;
 
   // Stores a serialized entry. Verifies the bytes first (kBadChecksum / kCorruption /
-  // kVersionMismatch). An entry already present is not written again (keys are content
-  // addresses); its TTL and pin are refreshed. kNoSpace when no tier can take it.
+  // kVersionMismatch). An entry already present is left exactly as it is: not written again,
+  // its TTL and pin unchanged (the first writer wins; `options` apply to a new entry only), and
+  // OK is returned. kNoSpace when no tier can take it.
   Status Put(std::shared_ptr<const HostBuffer> bytes, const PutOptions& options = {});
 
   // kNotFound on a miss (including an expired entry or a stored copy that failed its checksum:
   // those are counted and dropped, never returned).
   Result<EntryHandle> Get(const SegmentKey& key, Access access = Access::kHostBytes);
 
-  // The fastest tier of each key, in one call; hits are pinned until `pins` is released.
-  ProbeResult Probe(std::span<const SegmentKey> keys, bool pin_hits = true);
+  // The fastest tier of each key, in one call; hits are pinned until `pins` is released. With
+  // `only_namespace`, a key stored under another namespace is a miss.
+  ProbeResult Probe(std::span<const SegmentKey> keys, bool pin_hits = true,
+                    const std::string* only_namespace = nullptr);
 
   // Explicit pins. kNotFound when the key is not stored.
   Status Pin(const SegmentKey& key);
@@ -173,6 +177,9 @@ class TierManager {
   // ls-style enumeration, ordered by key; at most `limit` entries (0: all).
   std::vector<EntryListing> List(const std::optional<std::string>& name_space = std::nullopt,
                                  size_t limit = 0) const;
+
+  // Bytes of the entries of `name_space` in the store (each entry once, whatever tiers hold it).
+  uint64_t NamespaceBytes(const std::string& name_space) const;
 
   bool HasTier(TierKind kind) const { return tiers_[Index(kind)] != nullptr; }
 
@@ -237,12 +244,15 @@ class TierManager {
       EXCLUDES(mu_);
   Status CommitLocked(Item& item, TierKind t, const TierEntry& prepared,
                       std::vector<WriteBack>* out) REQUIRES(mu_);
-  // Put's check for a stored entry of its key: an unexpired item takes the new TTL and pin
-  // (true: nothing to place); an expired one is erased (false, like an absent one).
-  bool RefreshLocked(const SegmentKey& key, std::optional<Clock::time_point> expires, bool pin)
-      REQUIRES(mu_);
+  // Put's check for a stored entry of its key: an unexpired item is left as it is (true: nothing
+  // to place); an expired one is erased (false, like an absent one).
+  bool PresentLocked(const SegmentKey& key) REQUIRES(mu_);
   // REQUIRES: no item of info.key.
   Item& NewItemLocked(const EntryInfo& info, std::optional<Clock::time_point> expires, bool pin)
+      REQUIRES(mu_);
+  // Removes an item from the index (and its bytes from its namespace's count); the caller
+  // removed or never made its tier copies.
+  void EraseItemLocked(std::unordered_map<SegmentKey, Item, SegmentKeyHasher>::iterator it)
       REQUIRES(mu_);
   // Drops an item from every tier.
   void EraseLocked(std::unordered_map<SegmentKey, Item, SegmentKeyHasher>::iterator it)
@@ -265,6 +275,7 @@ class TierManager {
 
   mutable Mutex mu_;
   std::unordered_map<SegmentKey, Item, SegmentKeyHasher> items_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, uint64_t> namespace_bytes_ GUARDED_BY(mu_);
   std::array<PerTier, kNumTierKinds> per_tier_ GUARDED_BY(mu_);
   uint64_t next_gen_ GUARDED_BY(mu_) = 1;
   uint64_t tick_ GUARDED_BY(mu_) = 0;

@@ -23,9 +23,11 @@ namespace {
 
 using protocol::Tier;
 
-std::unique_ptr<e2e::Daemon> StartDaemon(std::vector<std::string> args = {}) {
+std::unique_ptr<e2e::Daemon> StartDaemon(std::vector<std::string> args = {},
+                                         std::string config_toml = "") {
   e2e::DaemonOptions o;
   o.args = std::move(args);
+  o.config_toml = std::move(config_toml);
   o.metrics = false;
   auto d = e2e::Daemon::Start(o);
   REQUIRE_OK(d);
@@ -38,6 +40,15 @@ std::unique_ptr<Client> ConnectTcp(const e2e::Daemon& d, std::string token = "",
   o.address = "127.0.0.1:" + std::to_string(d.port());
   o.token = std::move(token);
   o.admin_token = std::move(admin);
+  auto c = Client::Connect(o);
+  REQUIRE_OK(c);
+  return std::move(c).value();
+}
+
+// Over the unix socket as the daemon's own user: the admin grant without an admin token.
+std::unique_ptr<Client> ConnectUnix(const e2e::Daemon& d) {
+  ClientOptions o;
+  o.address = "unix:" + d.unix_path();
   auto c = Client::Connect(o);
   REQUIRE_OK(c);
   return std::move(c).value();
@@ -70,7 +81,8 @@ TEST_CASE("HELLO and PING over TCP and the unix socket") {
     REQUIRE_OK(c);
     REQUIRE((*c)->hello_reply().has_value());
     CHECK((*c)->hello_reply()->version == protocol::kMaxVersion);
-    CHECK((*c)->hello_reply()->admin);  // loopback, no admin token configured
+    // No admin token configured: admin over the unix socket (own uid), never over TCP.
+    CHECK((*c)->hello_reply()->admin == addr.starts_with("unix:"));
     CHECK((*c)->hello_reply()->limits.max_frame_body > 0);
     Bytes payload(1000, std::byte{7});
     auto pong = (*c)->Ping(ByteSpan(payload));
@@ -106,8 +118,8 @@ TEST_CASE("a loopback TCP connection is on reno (PUT bodies are not paced)") {
 }
 
 TEST_CASE("PUT, HAS, GET, LIST, PIN, VERIFY, EVICT, DEL, FLUSH, STATS, CONFIG") {
-  auto d = StartDaemon();
-  auto c = ConnectTcp(*d);
+  auto d = StartDaemon({}, e2e::kLocalWriterTenant);
+  auto c = ConnectUnix(*d);
   TestEntry a = MakeEntry(1, 256 << 10);
   TestEntry b = MakeEntry(2, 3 << 20);  // large enough for the direct-read path
   Hash128 absent{12345, 678};
@@ -168,7 +180,7 @@ TEST_CASE("PUT, HAS, GET, LIST, PIN, VERIFY, EVICT, DEL, FLUSH, STATS, CONFIG") 
 }
 
 TEST_CASE("pipelined PUTs and GETs on one connection") {
-  auto d = StartDaemon();
+  auto d = StartDaemon({}, e2e::kLocalWriterTenant);
   auto c = ConnectTcp(*d);
   std::vector<TestEntry> entries;
   for (uint64_t i = 0; i < 12; ++i) entries.push_back(MakeEntry(100 + i, (64 << 10) * (i + 1)));

@@ -62,7 +62,9 @@ void FakeServer::Serve() {
   if (stop_) return;
   int fd = accept(listen_fd_, nullptr, nullptr);
   if (fd < 0) return;
-  protocol::ServerSession session(protocol::AuthPolicy{"", "", true}, protocol::DecodeLimits{});
+  protocol::AuthPolicy trusted;
+  trusted.trusted_peer = true;
+  protocol::ServerSession session(trusted, protocol::DecodeLimits{});
   Send send = [fd](ByteSpan b) {
     size_t off = 0;
     while (off < b.size()) {

@@ -45,7 +45,8 @@ TEST_CASE("status codes keep their wire numbers") {
   CHECK(static_cast<int>(StatusCode::kCancelled) == 15);
   CHECK(static_cast<int>(StatusCode::kUnsupported) == 16);
   CHECK(static_cast<int>(StatusCode::kCorruption) == 17);
-  CHECK(kMaxStatusCode == 17);
+  CHECK(static_cast<int>(StatusCode::kQuotaExceeded) == 18);
+  CHECK(kMaxStatusCode == 18);
 }
 
 TEST_CASE("every code has a distinct name") {

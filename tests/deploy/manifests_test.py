@@ -88,6 +88,11 @@ class KubernetesTest(unittest.TestCase):
                 host, _, port = metrics.rpartition(":")
                 self.assertNotIn(host, ("127.0.0.1", "localhost", "::1"),
                                  f"{path}: the kubelet cannot reach a loopback metrics port")
+                # Off loopback hypicd needs metrics_token or metrics_public to start at all.
+                env = {e["name"] for e in c.get("env", [])}
+                self.assertTrue(flag(c.get("args", []), "--metrics-public") == "true" or
+                                "HYPIC_METRICS_TOKEN" in env,
+                                f"{path}: a non-loopback --metrics without a token or public")
                 for kind in PROBES:
                     get = c.get(kind, {}).get("httpGet")
                     if not get:

@@ -94,6 +94,26 @@ bool WaitPid(pid_t pid, std::chrono::milliseconds timeout, int* code) {
 
 }  // namespace
 
+std::string HttpGet(uint16_t port, const std::string& path, const std::string& header) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n" + header + "\r\n";
+  (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;)
+    out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
 std::string ModelCacheDir() { return BinDir() + "/../e2e-models"; }
 std::string BinPath(const std::string& name) { return BinDir() + "/" + name; }
 
@@ -109,6 +129,11 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options) {
   // The tiny built-in model, generated once per build tree and shared by every test.
   for (std::string a : {"--model", "builtin:tiny", "--model-cache-dir"}) args.push_back(a);
   args.push_back(ModelCacheDir());
+  if (!options.config_toml.empty()) {
+    const std::string config = d->data_dir_ + "/hypicd.toml";
+    std::ofstream(config) << options.config_toml;
+    args.insert(args.end(), {"--config", config});
+  }
   args.insert(args.end(), options.args.begin(), options.args.end());
   d->pid_ = Spawn(args, options.env, d->data_dir_ + "/hypicd.log");
   if (d->pid_ < 0) return IoError("cannot spawn " + BinDir() + "/hypicd");
@@ -289,6 +314,12 @@ Result<RawConn> RawConn::Unix(const std::string& path) {
     return IoError(std::string("connect unix: ") + std::strerror(err));
   }
   return RawConn(fd);
+}
+
+Result<RawConn> RawConn::UnixHello(const std::string& path) {
+  HYPIC_ASSIGN_OR_RETURN(RawConn c, Unix(path));
+  HYPIC_RETURN_IF_ERROR(c.Hello().status());
+  return c;
 }
 
 Status RawConn::Send(protocol::ByteSpan bytes) {

@@ -26,10 +26,17 @@ namespace hypic::e2e {
 
 using namespace std::chrono_literals;
 
+// A [[tenant]] table for a daemon's config_toml: the tenant of connections without a token,
+// with the whole store (namespace "") and the `write` permission, for tests that PUT and DEL.
+inline constexpr char kLocalWriterTenant[] =
+    "[[tenant]]\nname = \"local\"\nops = [\"read\", \"compute\", \"write\"]\n";
+
 struct DaemonOptions {
   std::vector<std::string> args;           // extra flags
   std::map<std::string, std::string> env;  // extra environment (HYPIC_*)
   bool metrics = true;                     // serve /metrics on an ephemeral port
+  // Written to a file in the data dir and passed as --config (tenants are TOML-only).
+  std::string config_toml;
 };
 
 class Daemon {
@@ -90,6 +97,9 @@ class RawConn {
   // Tcp, then a HELLO without tokens that must succeed.
   static Result<RawConn> TcpHello(uint16_t port);
   static Result<RawConn> Unix(const std::string& path);
+  // Unix, then a HELLO without tokens that must succeed: this process runs as the daemon's
+  // user, so the connection holds the admin grant when no admin token is configured.
+  static Result<RawConn> UnixHello(const std::string& path);
   RawConn(RawConn&& other) noexcept;
   RawConn& operator=(RawConn&& other) noexcept;
   ~RawConn();
@@ -125,6 +135,10 @@ class RawConn {
 std::string ModelCacheDir();
 // The path of a built binary (hypicctl, hypic-op) beside hypicd.
 std::string BinPath(const std::string& name);
+
+// A GET of `path` from 127.0.0.1:`port` (HTTP/1.0, with `header` lines such as
+// "Authorization: Bearer x\r\n"); the whole response, or "" when it cannot connect.
+std::string HttpGet(uint16_t port, const std::string& path, const std::string& header = "");
 
 // Bytes of a string, for bodies.
 protocol::Bytes AsBytes(std::string_view s);

@@ -45,6 +45,7 @@ TEST_CASE(
   DaemonOptions low_options, high_options;
   low_options.args = {"--entry-dtype", "bf16,t=f32"};
   high_options.args = {"--entry-dtype", "f32"};
+  high_options.config_toml = kLocalWriterTenant;  // this test PUTs an entry
   auto low = Daemon::Start(low_options);
   REQUIRE_OK(low);
   auto low_conn = RawConn::Tcp((*low)->port());

@@ -111,7 +111,7 @@ TEST_CASE("COMPOSE mode prefix is exact and reuses identical leading parts") {
   options.args = {"--weights-dtype", "f32"};
   auto d = Daemon::Start(options);
   REQUIRE_OK(d);
-  auto conn = RawConn::TcpHello((*d)->port());
+  auto conn = RawConn::UnixHello((*d)->unix_path());  // STATS: admin, granted to our own uid
   REQUIRE_OK(conn);
 
   SeededRng rng(8);
@@ -193,7 +193,7 @@ TEST_CASE("prefix_cache_capacity = 0 disables COMPOSE mode prefix") {
   options.args = {"--prefix-cache-capacity", "0"};
   auto d = Daemon::Start(options);
   REQUIRE_OK(d);
-  auto conn = RawConn::TcpHello((*d)->port());
+  auto conn = RawConn::UnixHello((*d)->unix_path());  // STATS: admin, granted to our own uid
   REQUIRE_OK(conn);
 
   SeededRng rng(9);

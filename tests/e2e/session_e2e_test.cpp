@@ -26,26 +26,6 @@ using protocol::Opcode;
 
 nlohmann::json ParseJson(const ReplyFrame& r) { return nlohmann::json::parse(r.text()); }
 
-std::string HttpGet(uint16_t port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;)
-    out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
-
 TEST_CASE("HELLO, PING, pipelining and CONFIG over TCP and the unix socket") {
   auto d = Daemon::Start();
   REQUIRE_OK(d);
@@ -65,7 +45,9 @@ TEST_CASE("HELLO, PING, pipelining and CONFIG over TCP and the unix socket") {
     REQUIRE_OK(hello);
     CHECK(hello->version == protocol::kMaxVersion);
     CHECK(hello->server_version.find("hypicd") == 0);
-    CHECK(hello->admin);  // a local peer without an admin token configured
+    // Without an admin token, admin goes to unix-socket peers of the daemon's own uid (this
+    // process), never over TCP.
+    CHECK(hello->admin == unix_socket);
     CHECK(hello->limits.max_frame_body > 0);
     // Streamed replies may be larger than a frame: the default holds a 128k-token state of a
     // 35B-class model (docs/state-format.md).
@@ -98,11 +80,16 @@ TEST_CASE("HELLO, PING, pipelining and CONFIG over TCP and the unix socket") {
 
     auto config = conn->Call(Opcode::kConfig);
     REQUIRE_OK(config);
-    REQUIRE(config->status() == StatusCode::kOk);
-    auto j = ParseJson(*config);
-    CHECK(j["model"] == "builtin:tiny");
-    CHECK(j["data_dir"] == daemon.data_dir());
-    CHECK(j["token"] == "");
+    if (unix_socket) {
+      REQUIRE(config->status() == StatusCode::kOk);
+      auto j = ParseJson(*config);
+      CHECK(j["model"] == "builtin:tiny");
+      CHECK(j["data_dir"] == daemon.data_dir());
+      CHECK(j["token"] == "");
+      CHECK(j["tenant"][0]["name"] == "default");
+    } else {
+      CHECK(config->status() == StatusCode::kUnauthorized);
+    }
 
     // A second HELLO is a protocol error that closes the connection.
     auto again = conn->Call(Opcode::kHello, protocol::Encode(protocol::HelloRequest{}));
@@ -248,6 +235,12 @@ TEST_CASE("startup refuses bad configuration, naming the key") {
   auto open = RunDaemonToExit({"--listen", "0.0.0.0:0", "--data-dir", "/tmp/unused"});
   CHECK(open.exit_code == 2);
   CHECK(open.output.find("token") != std::string::npos);
+  // A metrics endpoint off loopback needs a bearer token, or saying that it is public.
+  auto metrics = RunDaemonToExit({"--check-config", "--metrics", "0.0.0.0:9411"});
+  CHECK(metrics.exit_code == 2);
+  CHECK(metrics.output.find("metrics_token") != std::string::npos);
+  CHECK(RunDaemonToExit({"--check-config", "--metrics", "0.0.0.0:9411", "--metrics-public", "true"})
+            .exit_code == 0);
 
   auto env = RunDaemonToExit({"--check-config"}, {{"HYPIC_IDLE_TIMEOUT_MS", "forever"}});
   CHECK(env.exit_code == 2);

@@ -50,9 +50,12 @@ std::vector<protocol::Tier> Has(RawConn& c, const std::vector<Hash128>& keys) {
 }
 
 TEST_CASE("store operations end to end") {
-  auto d = Daemon::Start();
+  // PUT and DEL need `write`; the admin operations need the unix socket (own uid).
+  DaemonOptions opts;
+  opts.config_toml = kLocalWriterTenant;
+  auto d = Daemon::Start(opts);
   REQUIRE_OK(d);
-  auto conn = RawConn::TcpHello((*d)->port());
+  auto conn = RawConn::UnixHello((*d)->unix_path());
   REQUIRE_OK(conn);
 
   Entry a = MakeEntry(1, 1 << 20), b = MakeEntry(2, 300 << 10, "tenant-b"),

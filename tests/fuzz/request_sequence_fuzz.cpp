@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace hypic::protocol;
   if (size == 0) return 0;
   AuthPolicy policy;
-  if (data[0] & 1) policy.token = "tok";
+  if (data[0] & 1) policy.tenants[0].token = "tok";
   if (data[0] & 2) policy.admin_token = "adm";
   policy.trusted_peer = (data[0] & 4) != 0;
   DecodeLimits ready;

@@ -3,6 +3,7 @@
 #include "server/config.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "protocol/session.h"
 #include "tests/support/check_ok.h"
 
 namespace hypic::server {
@@ -158,6 +160,106 @@ TEST_CASE("a non-loopback bind needs a token; the admin token must differ") {
   auto same = LoadConfig({"--token", "a", "--admin-token", "a"}, MapEnv({}));
   REQUIRE_FALSE(same.ok());
   CHECK(same.status().message().find("'admin_token'") != std::string::npos);
+}
+
+TEST_CASE("[[tenant]] tables: parsed, the default tenant, and errors naming the table") {
+  // Without tables: one default tenant of namespace "" that reads and computes, by `token`.
+  auto plain = LoadConfig({"--token", "t"}, MapEnv({}));
+  REQUIRE_OK(plain);
+  auto def = EffectiveTenants(*plain);
+  REQUIRE(def.size() == 1);
+  CHECK(def[0].name == "default");
+  CHECK(def[0].token == "t");
+  CHECK(def[0].name_space.empty());
+  CHECK(def[0].permissions == (protocol::kPermRead | protocol::kPermCompute));
+
+  TempToml secret("from-a-file\n");
+  const std::string tables = fmt::format(R"([[tenant]]
+name = "search"
+token = "s-token"
+namespace = "search"
+ops = ["read", "compute"]
+max_bytes = "20GiB"
+max_compute_inflight = 8
+
+[[tenant]]
+name = "ingest"
+token_file = "{}"
+namespace = "search"
+ops = ["write", "admin"]
+)",
+                                         secret.path.string());
+  auto c = LoadConfigWithToml(tables, "tenants.toml", {}, MapEnv({}));
+  REQUIRE_OK(c);
+  REQUIRE(c->tenants.size() == 2);
+  CHECK(c->tenants[0].name == "search");
+  CHECK(c->tenants[0].name_space == "search");
+  CHECK(c->tenants[0].max_bytes == (uint64_t{20} << 30));
+  CHECK(c->tenants[0].max_compute_inflight == 8u);
+  CHECK(c->tenants[1].token == "from-a-file");  // the trailing newline is not the token's
+  CHECK(c->tenants[1].permissions == (protocol::kPermWrite | protocol::kPermAdmin));
+  CHECK(EffectiveTenants(*c).size() == 2);
+  // The dump masks the token, keeps the file's path, and loads back to the same dump.
+  const std::string dump = DumpConfig(*c);
+  CHECK(dump.find("s-token") == std::string::npos);
+  CHECK(dump.find("from-a-file") == std::string::npos);
+  auto again = LoadConfigWithToml(dump, "dump.toml", {}, MapEnv({}));
+  REQUIRE_OK(again);
+  CHECK(DumpConfig(*again) == dump);
+
+  auto error_of = [](const std::string& toml) {
+    auto r = LoadConfigWithToml(toml, "t.toml", {}, MapEnv({}));
+    REQUIRE_FALSE(r.ok());
+    return r.status().message();
+  };
+  const std::string base = "[[tenant]]\nname = \"a\"\ntoken = \"x\"\n";
+  CHECK(error_of(base + "ops = [\"read\", \"delete\"]\n").find("'delete' is not one of") !=
+        std::string::npos);
+  CHECK(error_of(base + "ops = [\"read\"]\ncolour = 1\n").find("key 'colour'") !=
+        std::string::npos);
+  CHECK(error_of(base).find("[[tenant]] #1: key 'ops'") != std::string::npos);
+  CHECK(error_of("[[tenant]]\nops = [\"read\"]\n").find("key 'name'") != std::string::npos);
+  CHECK(error_of(base + "ops = [\"read\"]\nmax_bytes = \"20GiB\"\n").find("needs a namespace") !=
+        std::string::npos);
+  CHECK(error_of(base + "ops = [\"read\"]\ntoken_file = \"/nonexistent/t\"\n").find("not both") !=
+        std::string::npos);
+  CHECK(error_of("[[tenant]]\nname = \"a\"\ntoken_file = \"/nonexistent/t\"\nops = [\"read\"]\n")
+            .find("cannot read /nonexistent/t") != std::string::npos);
+  CHECK(error_of(base +
+                 "ops = [\"read\"]\n[[tenant]]\nname = \"a\"\ntoken = \"y\"\nops = [\"read\"]\n")
+            .find("declared twice") != std::string::npos);
+  CHECK(error_of(base +
+                 "ops = [\"read\"]\n[[tenant]]\nname = \"b\"\ntoken = \"x\"\nops = [\"read\"]\n")
+            .find("the same token") != std::string::npos);
+  CHECK(error_of("[[tenant]]\nname = \"a\"\nops = [\"read\"]\n[[tenant]]\nname = \"b\"\nops = "
+                 "[\"read\"]\n")
+            .find("both have no token") != std::string::npos);
+  CHECK(error_of("tenant = 3\n").find("[[tenant]] tables") != std::string::npos);
+  // The flat token is the default tenant's shorthand: not beside tables.
+  auto both =
+      LoadConfigWithToml(base + "ops = [\"read\"]\n", "t.toml", {"--token", "t"}, MapEnv({}));
+  REQUIRE_FALSE(both.ok());
+  CHECK(both.status().message().find("config key 'token'") != std::string::npos);
+  // A tenant without a token only on loopback.
+  auto open = LoadConfigWithToml("[[tenant]]\nname = \"local\"\nops = [\"read\"]\n", "t.toml",
+                                 {"--listen", "0.0.0.0:7411"}, MapEnv({}));
+  REQUIRE_FALSE(open.ok());
+  CHECK(open.status().message().find("tenant 'local' has no token") != std::string::npos);
+  auto admin_same =
+      LoadConfigWithToml(base + "ops = [\"read\"]\n", "t.toml", {"--admin-token", "x"}, MapEnv({}));
+  REQUIRE_FALSE(admin_same.ok());
+  CHECK(admin_same.status().message().find("'admin_token'") != std::string::npos);
+}
+
+TEST_CASE("a non-loopback metrics address needs metrics_token or metrics_public") {
+  auto open = LoadConfig({"--metrics", "0.0.0.0:9411"}, MapEnv({}));
+  REQUIRE_FALSE(open.ok());
+  CHECK(open.status().message().find("'metrics'") != std::string::npos);
+  CHECK(open.status().message().find("metrics_token") != std::string::npos);
+  CHECK_OK(LoadConfig({"--metrics", "0.0.0.0:9411", "--metrics-token", "m"}, MapEnv({})).status());
+  CHECK_OK(LoadConfig({"--metrics", "0.0.0.0:9411"}, MapEnv({{"HYPIC_METRICS_PUBLIC", "true"}}))
+               .status());
+  CHECK_OK(LoadConfig({"--metrics", "127.0.0.1:9411"}, MapEnv({})).status());
 }
 
 TEST_CASE("value parsers") {

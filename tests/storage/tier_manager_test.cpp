@@ -267,6 +267,40 @@ TEST_CASE("namespaces: eviction and listing by namespace") {
   CHECK_OK(m->Get(KeyOf(1, kSize, "b")));
 }
 
+TEST_CASE("namespaces: a probe within one, and the bytes each holds") {
+  auto m = Manager({}, 8);
+  CHECK_OK(m->Put(EntryBytes(1, kSize, "a")));
+  CHECK_OK(m->Put(EntryBytes(2, kSize, "a")));
+  CHECK_OK(m->Put(EntryBytes(3, kSize, "b")));
+  const std::vector<SegmentKey> keys = {KeyOf(1, kSize, "a"), KeyOf(3, kSize, "b")};
+  const std::string a = "a";
+  auto within = m->Probe(keys, /*pin_hits=*/false, &a);
+  CHECK(within.tiers[0].has_value());
+  CHECK_FALSE(within.tiers[1].has_value());  // b's entry is a miss when probing within a
+  CHECK(m->Probe(keys, /*pin_hits=*/false).tiers[1].has_value());
+  const uint64_t one = EntryBytes(1, kSize, "a")->size();
+  CHECK(m->NamespaceBytes("a") == 2 * one);
+  CHECK(m->NamespaceBytes("b") == one);
+  CHECK(m->NamespaceBytes("c") == 0);
+  (void)m->Evict(Req([&](EvictRequest& q) { q.key = keys[0]; }));
+  CHECK(m->NamespaceBytes("a") == one);
+  (void)m->Evict(Req([](EvictRequest& q) { q.name_space = "a"; }));
+  CHECK(m->NamespaceBytes("a") == 0);
+}
+
+TEST_CASE("a Put of a stored key changes nothing: not the bytes, the pin or the TTL") {
+  auto m = Manager({}, 4);
+  CHECK_OK(m->Put(EntryBytes(1)));
+  CHECK_OK(m->Put(EntryBytes(1), Pinned()));
+  CHECK_OK(m->Put(EntryBytes(1), Ttl(std::chrono::milliseconds(1))));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto l = m->List();
+  REQUIRE(l.size() == 1);
+  CHECK_FALSE(l[0].pinned);
+  CHECK_FALSE(l[0].ttl_left.has_value());
+  CHECK_OK(m->Get(KeyOf(1)));  // not expired: the later TTL was not applied
+}
+
 TEST_CASE("evict by key, by tier and by bytes; pinned entries are skipped") {
   TempDir dir;
   TierManagerOptions o;

@@ -22,6 +22,8 @@ namespace {
 TEST_CASE("hypic-bench trace: four modes side by side on a live daemon") {
   e2e::DaemonOptions options;
   options.metrics = false;
+  // The prefix mode's counters come from STATS: over TCP, admin needs the admin token.
+  options.args = {"--admin-token", "bench-admin"};
   auto daemon = e2e::Daemon::Start(options);
   REQUIRE_OK(daemon);
   const std::string bin_dir = std::getenv("HYPIC_BIN_DIR");
@@ -32,7 +34,7 @@ TEST_CASE("hypic-bench trace: four modes side by side on a live daemon") {
       "--doc-len-max 64 "
       "--docs-min 2 --docs-max 4 --query-min 4 --query-max 8 --zipf 1.2 --requests 16 "
       "--warmup 3 --prewarm --qps 20 --workers 2 --seed 3 --slo-ms 5000 --max-probes 1 --json "
-      "--out {} > {}",
+      "--admin-token bench-admin --out {} > {}",
       bin_dir, (*daemon)->port(), out_dir.string(), json_path.string());
   const int rc = std::system(cmd.c_str());
   REQUIRE(WIFEXITED(rc));

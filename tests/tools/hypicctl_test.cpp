@@ -313,5 +313,20 @@ TEST_CASE("hypicctl: an unreachable daemon is exit 3 with a hint") {
   CHECK(unix_missing.rc == 3);
 }
 
+TEST_CASE("hypicctl: on the daemon's host it uses the unix socket, where its uid is admin") {
+  e2e::DaemonOptions opts;
+  opts.metrics = false;
+  auto d = e2e::Daemon::Start(opts);  // no admin token: admin only over the unix socket
+  REQUIRE_OK(d);
+  const std::map<std::string, std::string> env = {{"HYPIC_DATA_DIR", (*d)->data_dir()}};
+  auto local = RunCtl({"stats", "--json"}, env);
+  INFO("hypicctl stderr: " << local.err);
+  CHECK(local.rc == 0);
+  // An explicit TCP endpoint is used as given: there admin needs the admin token.
+  auto tcp = RunCtl({"stats", "--port", std::to_string((*d)->port())}, env);
+  CHECK(tcp.rc == 2);
+  CHECK(tcp.err.find("--admin-token") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace hypic::tools

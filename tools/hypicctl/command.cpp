@@ -1,9 +1,12 @@
 #include "tools/hypicctl/command.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 
@@ -17,11 +20,25 @@ void AddCommonOptions(CLI::App& sub, CommonOptions& opts) {
   sub.add_flag("--json", opts.json, "machine-readable JSON on stdout");
 }
 
+ConnectionOptions ResolveEndpoint(const ConnectionOptions& conn) {
+  if (!conn.unix_socket.empty() || conn.endpoint_given) return conn;
+  const char* dir = std::getenv("HYPIC_DATA_DIR");
+  const std::string path =
+      (std::filesystem::path(dir != nullptr && *dir != 0 ? dir : "./hypic-data") / "hypicd.sock")
+          .string();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return conn;
+  ConnectionOptions local = conn;
+  local.unix_socket = path;
+  return local;
+}
+
 Connected Connect(const CommonOptions& opts, bool need_admin) {
   Connected c;
-  auto client = ConnectDaemon(opts.conn, kCtl, need_admin);
+  const ConnectionOptions conn = ResolveEndpoint(opts.conn);
+  auto client = ConnectDaemon(conn, kCtl, need_admin);
   if (!client.ok()) {
-    c.exit_code = ReportFailure(kCtl, opts.conn, "connect " + opts.conn.Describe(), client.status(),
+    c.exit_code = ReportFailure(kCtl, conn, "connect " + conn.Describe(), client.status(),
                                 FailurePhase::kConnect);
     return c;
   }

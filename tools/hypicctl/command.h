@@ -25,7 +25,14 @@ struct CommonOptions {
 
 void AddCommonOptions(CLI::App& sub, CommonOptions& opts);
 
-// A connected client, or the exit code after the failure was reported.
+// The endpoint hypicctl uses: the options' own, except that with neither --unix nor
+// --host/--port it is the daemon's unix socket when one is there ($HYPIC_DATA_DIR/hypicd.sock,
+// else ./hypic-data/hypicd.sock, hypicd's default). Over the socket the daemon grants admin to
+// its own account and root without an admin token, which it never does over TCP.
+ConnectionOptions ResolveEndpoint(const ConnectionOptions& conn);
+
+// A connected client (to ResolveEndpoint's endpoint), or the exit code after the failure was
+// reported.
 struct Connected {
   std::unique_ptr<client::Client> client;
   int exit_code = 0;

@@ -11,10 +11,15 @@ std::string ConnectionOptions::Describe() const {
 }
 
 void AddConnectionOptions(CLI::App& app, ConnectionOptions& opts) {
-  app.add_option("--host", opts.host, "daemon host")->envname("HYPIC_HOST")->capture_default_str();
+  auto given = [&opts](const std::string&) { opts.endpoint_given = true; };
+  app.add_option("--host", opts.host, "daemon host")
+      ->envname("HYPIC_HOST")
+      ->capture_default_str()
+      ->each(given);
   app.add_option("--port", opts.port, "daemon TCP port")
       ->envname("HYPIC_PORT")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each(given);
   app.add_option("--unix", opts.unix_socket, "daemon unix socket (instead of TCP)")
       ->envname("HYPIC_UNIX_SOCKET");
   app.add_option("--token", opts.token, "data-plane token")->envname("HYPIC_TOKEN");

@@ -2,7 +2,8 @@
 // --token and --admin-token, each also read from the environment (HYPIC_HOST, HYPIC_PORT,
 // HYPIC_UNIX_SOCKET, HYPIC_TOKEN, HYPIC_ADMIN_TOKEN; a flag wins over the variable), and
 // --timeout. --unix, when given, is used instead of TCP. The variable names match hypicd's own
-// configuration keys where they exist, so one environment serves both.
+// configuration keys where they exist, so one environment serves both. hypicctl prefers the
+// daemon's unix socket when no endpoint was chosen (tools/hypicctl/command.h, Connect).
 // Value type; thread-compatible.
 #pragma once
 
@@ -21,6 +22,7 @@ struct ConnectionOptions {
   std::string token;
   std::string admin_token;
   double timeout_s = 30;
+  bool endpoint_given = false;  // --host or --port (or their variables) was set
 
   // "unix:/path" or "host:port", for messages.
   std::string Describe() const;

@@ -26,7 +26,8 @@ Result<std::unique_ptr<client::Client>> ConnectDaemon(const ConnectionOptions& o
   HYPIC_ASSIGN_OR_RETURN(auto client, client::Client::Connect(co));
   if (need_admin && !(client->hello_reply() && client->hello_reply()->admin)) {
     return Unauthorized(opts.admin_token.empty()
-                            ? "this command needs the admin grant: pass --admin-token"
+                            ? "this command needs the admin grant: pass --admin-token, or run it "
+                              "as the daemon's user over its unix socket (--unix)"
                             : "the daemon did not grant admin for this --admin-token");
   }
   return client;

@@ -241,10 +241,19 @@ class ClientLogicTest(unittest.TestCase):
         p.client.submit_compose([hc.ComposePart.raw([1])])  # no state: any contract is fine
 
 
+# A [[tenant]] without a token that may also PUT and DEL (tests/e2e/daemon.h, kLocalWriterTenant).
+LOCAL_WRITER_TENANT = '[[tenant]]\nname = "local"\nops = ["read", "compute", "write"]\n'
+
+
 class Daemon:
-    def __init__(self, *args):
+    def __init__(self, *args, config=None):
         self.dir = tempfile.mkdtemp(prefix="hypic-pytest-")
         ready = os.path.join(self.dir, "ready")
+        if config is not None:
+            path = os.path.join(self.dir, "hypicd.toml")
+            with open(path, "w") as f:
+                f.write(config)
+            args = ("--config", path) + args
         self.log = open(os.path.join(self.dir, "hypicd.log"), "wb")
         self.proc = subprocess.Popen(
             [HYPICD, "--data-dir", self.dir, "--listen", "127.0.0.1:0", "--ready-file", ready,
@@ -293,14 +302,15 @@ def skip_if_unsupported(test, fn, *args, **kwargs):
 class DaemonTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.daemon = Daemon()
+        cls.daemon = Daemon(config=LOCAL_WRITER_TENANT)  # PUT and DEL need `write`
 
     @classmethod
     def tearDownClass(cls):
         cls.daemon.stop()
 
     def connect(self, **kw):
-        return hc.Client.connect(self.daemon.tcp, **kw)
+        # The unix socket, as the daemon's own user: the admin grant without an admin token.
+        return hc.Client.connect(self.daemon.unix or self.daemon.tcp, **kw)
 
     def test_hello_and_ping_over_tcp_and_unix(self):
         addrs = [self.daemon.tcp] + ([self.daemon.unix] if self.daemon.unix else [])
@@ -308,14 +318,15 @@ class DaemonTest(unittest.TestCase):
             with hc.Client.connect(addr) as c:
                 self.assertEqual(c.hello_reply.version, 1)
                 self.assertTrue(c.hello_reply.server_version)
-                self.assertTrue(c.hello_reply.admin)  # loopback, no admin token configured
+                # No admin token configured: admin over the unix socket (own uid), never TCP.
+                self.assertEqual(c.hello_reply.admin, addr.startswith("unix:"))
                 self.assertEqual(c.ping(b"hello hypic"), b"hello hypic")
                 self.assertEqual(c.ping(), b"")
 
     @unittest.skipUnless(hasattr(socket, "TCP_CONGESTION"), "no TCP_CONGESTION on this platform")
     def test_loopback_tcp_uses_reno(self):
         # The client's end carries PUT bodies; a pacing default (bbr) would cap one flow.
-        with self.connect() as c:
+        with hc.Client.connect(self.daemon.tcp) as c:
             name = c._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
             self.assertEqual(name.rstrip(b"\0"), b"reno")
 
@@ -456,7 +467,7 @@ class ShutdownTest(unittest.TestCase):
     def test_admin_shutdown_stops_the_daemon(self):
         d = Daemon()
         try:
-            with hc.Client.connect(d.tcp) as c:
+            with hc.Client.connect(d.unix) as c:  # admin: the daemon's own uid
                 c.shutdown()
             self.assertEqual(d.proc.wait(20), 0)
         finally:
