@@ -2,8 +2,8 @@
 // (ServerSession: pre-auth limits, HELLO negotiation, tokens, admin gating), the way hypicd
 // drives it. The first input byte picks the auth policy (bits 0-2) and whether the frames'
 // checksums are resealed first (bit 3), so mutations reach the session logic. Invariants: nothing
-// is admitted before HELLO except PING; admin opcodes are admitted only with the admin grant; after
-// a fatal decode status the connection is done.
+// is admitted before HELLO except PING; admin opcodes are admitted only with the admin grant, data
+// opcodes only with a tenant; after a fatal decode status the connection is done.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -41,6 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();  // only HELLO and PING may pass before HELLO
     }
     if (IsAdminOpcode(frame.header.opcode) && !session.admin()) std::abort();
+    // A data opcode runs only for a tenant (the admin token alone has no data access).
+    if (PermissionOf(frame.header.opcode) != 0 && session.tenant() < 0) std::abort();
     if (frame.header.opcode == Opcode::kHello) {
       auto hello = Decode<HelloRequest>(frame.body);
       if (!hello.ok()) return 0;  // the server answers and closes
