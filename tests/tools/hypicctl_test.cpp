@@ -222,7 +222,9 @@ TEST_CASE("hypicctl: warm, ls, stats, pin, verify, evict, flush and config on a 
   REQUIRE(config.rc == 0);
   CHECK(config.Json()["data_dir"] == f.daemon().data_dir());
   CHECK(config.Json()["admin_token"] != kAdmin);  // redacted
-  CHECK(f.Ctl({"config"}).out.find("data_dir = ") != std::string::npos);
+  const std::string toml = f.Ctl({"config"}).out;
+  CHECK(toml.find("data_dir = ") != std::string::npos);
+  CHECK(toml.find("\n[[tenant]]\nname = \"default\"\n") != std::string::npos);
 
   // evict: refuses without --yes when there is no terminal, then by key, bytes, all.
   auto refused = f.Ctl({"evict", "--all"});

@@ -18,9 +18,14 @@ int RunConfig(const CommonOptions& opts) {
     PrintJson(*config);
     return kExitOk;
   }
-  // The TOML form hypicd reads, so the output can seed a config file.
+  // The TOML form hypicd reads, so the output can seed a config file: the flat keys, then the
+  // tenants as [[tenant]] tables (TOML puts every key after a table header into the table).
   for (const auto& [key, value] : config->items()) {
-    fmt::print("{} = {}\n", key, value.dump());
+    if (key != "tenant") fmt::print("{} = {}\n", key, value.dump());
+  }
+  for (const auto& tenant : config->value("tenant", nlohmann::json::array())) {
+    fmt::print("\n[[tenant]]\n");
+    for (const auto& [key, value] : tenant.items()) fmt::print("{} = {}\n", key, value.dump());
   }
   return kExitOk;
 }
