@@ -260,7 +260,23 @@ void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, cons
 
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
           int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  CachedGemm(memory::data_type::bf16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (m != 1 || k <= 0) {
+    return CachedGemm(memory::data_type::bf16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                      ldc);
+  }
+  // oneDNN 2.6 runs a one-row bf16 matmul on a gemv kernel that, on AMX machines, rounds
+  // differently from the same row inside a larger call. A lone row (a decode step, the
+  // last-row lm_head) therefore goes as two rows, the second zero, so its bits are the same
+  // as in a prefill's (tests/gpu/cpu/gemm_test.cpp). AMX computes 16-row tiles either way.
+  thread_local std::vector<uint16_t> a2;
+  thread_local std::vector<float> c2;
+  a2.assign(static_cast<size_t>(2 * k), 0);
+  for (int64_t i = 0; i < k; ++i) a2[static_cast<size_t>(i)] = a[ta == Trans::kNo ? i : i * lda];
+  c2.assign(static_cast<size_t>(2 * n), 0.0f);
+  if (beta != 0.0f) std::copy(c, c + n, c2.begin());
+  CachedGemm(memory::data_type::bf16, Trans::kNo, tb, 2, n, k, alpha, a2.data(), k, b, ldb, beta,
+             c2.data(), n);
+  std::copy(c2.begin(), c2.begin() + n, c);
 }
 
 void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

@@ -70,38 +70,62 @@ TEST_CASE("bf16 weights stay within bf16 rounding of the f32 path over 256 posit
   }
 }
 
-TEST_CASE("bf16 weights: oracle Compose stays well inside the bf16 path's own rounding") {
-  // The composition algebra is exact at any GEMM precision, but bf16 activations are not a
-  // continuous function: fp32 summation-order differences (the seam's chunking, GEMM row
-  // blocks) flip single bf16 roundings of a layer's input by 2^-8. So oracle Compose differs
-  // from FullPrefill by more than the fp32 path's 1e-4; it must stay far below what bf16
-  // rounding itself costs against the f32 path.
+TEST_CASE("bf16 weights: the composed state is exact; the logits differ only by bf16 flips") {
+  // The composition algebra is exact at any GEMM precision. The first linear layer's inputs
+  // have the same bits in oracle Compose as in FullPrefill (in-context entries, the live rows
+  // from their embeddings), so its composed S (T S(P) + S(C|0)) differs from the sequential
+  // chain by fp32 rounding alone: that is the algebra under bf16 GEMMs, held to 1e-5.
+  // Downstream, bf16 activations are not continuous: a ~1e-7 difference that crosses a bf16
+  // rounding boundary flips that element by 2^-8, and a flip (or an MoE top-k tie it tips)
+  // moves the logits by ~1e-3. Most prompts see no flip and their logits are bit-identical;
+  // a flip costs less than rounding every activation does (bf16 vs f32 full), and across
+  // prompts the typical error stays well inside it (docs/benchmarks-history.md).
   ScratchDir f32_dir, bf16_dir;
   auto f32 = testing::LoadTiny(f32_dir.path(), {.dtype = DType::kBF16});
   auto bf16 =
       testing::LoadTiny(bf16_dir.path(), {.dtype = DType::kBF16, .weights = WeightsDType::kBf16});
-  hypic::testing::SeededRng rng(11);
   const auto vocab = static_cast<uint32_t>(bf16->config().vocab_size);
-  std::vector<ComposePart> parts;
-  parts.push_back({ComposePart::Kind::kRaw, rng.Tokens(5, vocab), nullptr});
-  for (size_t n : {30, 70, 17}) {
-    parts.push_back({ComposePart::Kind::kSegment, rng.Tokens(n, vocab), nullptr});
-  }
-  parts.push_back({ComposePart::Kind::kRaw, rng.Tokens(9, vocab), nullptr});
-  std::vector<uint32_t> all;
-  for (const auto& p : parts) all.insert(all.end(), p.tokens.begin(), p.tokens.end());
+  std::vector<double> compose_errs, roundings;
+  int exact = 0;
+  for (int seed = 1; seed <= 12; ++seed) {
+    hypic::testing::SeededRng rng(static_cast<uint64_t>(seed));
+    std::vector<ComposePart> parts;
+    parts.push_back({ComposePart::Kind::kRaw, rng.Tokens(5, vocab), nullptr});
+    for (size_t n : {30, 70, 17}) {
+      parts.push_back({ComposePart::Kind::kSegment, rng.Tokens(n, vocab), nullptr});
+    }
+    parts.push_back({ComposePart::Kind::kRaw, rng.Tokens(9, vocab), nullptr});
+    std::vector<uint32_t> all;
+    for (const auto& p : parts) all.insert(all.end(), p.tokens.begin(), p.tokens.end());
 
-  auto full = bf16->FullPrefill(all);
-  auto full_f32 = f32->FullPrefill(all);
-  REQUIRE_OK(full);
-  REQUIRE_OK(full_f32);
-  REQUIRE_OK(bf16->PrefillEntries(parts, ComposeMode::kOracle, {.seam_w = 8}));
-  auto oracle = bf16->Compose(parts, {.mode = ComposeMode::kOracle, .seam_w = 8});
-  REQUIRE_OK(oracle);
-  const double compose_err = testing::RelErr(oracle->logits, full->logits);
-  const double rounding = testing::RelErr(full->logits, full_f32->logits);
-  MESSAGE("bf16: oracle vs full " << compose_err << ", bf16 vs f32 full " << rounding);
-  CHECK(compose_err < 0.5 * rounding);
+    auto full = bf16->FullPrefill(all);
+    auto full_f32 = f32->FullPrefill(all, {.want_state = false});
+    REQUIRE_OK(full);
+    REQUIRE_OK(full_f32);
+    REQUIRE_OK(bf16->PrefillEntries(parts, ComposeMode::kOracle, {.seam_w = 8}));
+    auto oracle =
+        bf16->Compose(parts, {.mode = ComposeMode::kOracle, .seam_w = 8, .want_state = true});
+    REQUIRE_OK(oracle);
+    INFO("seed ", seed);
+    size_t first_linear = 0;
+    while (full->state.layers[first_linear].state.empty()) ++first_linear;
+    CHECK(testing::RelErr(oracle->state.layers[first_linear].state,
+                          full->state.layers[first_linear].state) < 1e-5);
+    const double compose_err = testing::RelErr(oracle->logits, full->logits);
+    const double rounding = testing::RelErr(full->logits, full_f32->logits);
+    CHECK(compose_err < rounding);
+    compose_errs.push_back(compose_err);
+    roundings.push_back(rounding);
+    exact += compose_err == 0.0 ? 1 : 0;
+  }
+  std::sort(compose_errs.begin(), compose_errs.end());
+  std::sort(roundings.begin(), roundings.end());
+  const double median_err = 0.5 * (compose_errs[5] + compose_errs[6]);
+  const double median_rounding = 0.5 * (roundings[5] + roundings[6]);
+  MESSAGE("bf16 oracle vs full over 12 prompts: " << exact << " bit-identical, median "
+                                                  << median_err << ", max " << compose_errs.back()
+                                                  << "; bf16 vs f32 median " << median_rounding);
+  CHECK(median_err < 0.5 * median_rounding);
 }
 
 }  // namespace
