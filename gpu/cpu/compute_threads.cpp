@@ -1,6 +1,10 @@
 #include "gpu/cpu/compute_threads.h"
 
 #include <omp.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#define HYPIC_HAS_MXCSR 1
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -24,12 +28,25 @@ ScopedComputeThreads::ScopedComputeThreads(int threads) : previous_(t_threads) {
 
 ScopedComputeThreads::~ScopedComputeThreads() { t_threads = previous_; }
 
+#ifdef HYPIC_HAS_MXCSR
+// MXCSR bits: FTZ (flush results to zero) and DAZ (read subnormal inputs as zero).
+constexpr unsigned kFlushToZero = 1u << 15, kDenormalsAreZero = 1u << 6;
+ScopedFlushDenormals::ScopedFlushDenormals() : previous_(_mm_getcsr()) {
+  _mm_setcsr(previous_ | kFlushToZero | kDenormalsAreZero);
+}
+ScopedFlushDenormals::~ScopedFlushDenormals() { _mm_setcsr(previous_); }
+#else
+ScopedFlushDenormals::ScopedFlushDenormals() : previous_(0) {}
+ScopedFlushDenormals::~ScopedFlushDenormals() = default;
+#endif
+
 void ParallelFor(int64_t n, int64_t min_per_thread,
                  const std::function<void(int64_t, int64_t)>& fn) {
   const int64_t threads =
       std::min<int64_t>(ComputeThreads(), n / std::max<int64_t>(min_per_thread, 1));
   if (threads <= 1) {
     ScopedComputeThreads one(1);
+    ScopedFlushDenormals flush;
     if (n > 0) fn(0, n);
     return;
   }
@@ -40,6 +57,7 @@ void ParallelFor(int64_t n, int64_t min_per_thread,
     const int64_t per = (n + team - 1) / team;
     const int64_t b = me * per, e = std::min(n, b + per);
     ScopedComputeThreads one(1);
+    ScopedFlushDenormals flush;
     if (b < e) fn(b, e);
   }
 }

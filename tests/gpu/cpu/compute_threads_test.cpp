@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -80,6 +81,58 @@ TEST_CASE("ParallelFor runs short loops inline and skips empty ones") {
   CHECK(calls == 1);
   ParallelFor(0, 1, [&](int64_t, int64_t) { ++calls; });
   CHECK(calls == 1);
+}
+
+// A product whose exact value is subnormal: 2^-70 * 2^-70 = 2^-140 (the smallest normal float
+// is 2^-126). volatile keeps the compiler from folding it.
+float SubnormalProduct() {
+  volatile float a = std::ldexp(1.0f, -70);
+  volatile float b = std::ldexp(1.0f, -70);
+  return a * b;
+}
+
+// A subnormal input times 1: DAZ reads it as zero.
+float SubnormalTimesOne() {
+  volatile float a = std::ldexp(1.0f, -140);
+  volatile float one = 1.0f;
+  return a * one;
+}
+
+TEST_CASE("ParallelFor ranges flush denormals; the caller's mode is restored after") {
+  REQUIRE(SubnormalProduct() == std::ldexp(1.0f, -140));  // IEEE gradual underflow outside
+  for (int budget : {1, 2}) {
+    ScopedComputeThreads scoped(budget);
+    std::mutex mu;
+    int ranges = 0, flushed = 0;
+    ParallelFor(64, 1, [&](int64_t, int64_t) {
+      const bool flush = SubnormalProduct() == 0.0f && SubnormalTimesOne() == 0.0f;
+      std::lock_guard<std::mutex> lock(mu);
+      ++ranges;
+      flushed += flush ? 1 : 0;
+    });
+    INFO("budget ", budget);
+#if defined(__x86_64__) || defined(__i386__)
+    CHECK(flushed == ranges);
+#endif
+    CHECK(SubnormalProduct() == std::ldexp(1.0f, -140));
+    CHECK(SubnormalTimesOne() == std::ldexp(1.0f, -140));
+  }
+}
+
+TEST_CASE("ScopedFlushDenormals nests and restores the previous mode") {
+  {
+    ScopedFlushDenormals outer;
+    {
+      ScopedFlushDenormals inner;
+#if defined(__x86_64__) || defined(__i386__)
+      CHECK(SubnormalProduct() == 0.0f);
+#endif
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    CHECK(SubnormalProduct() == 0.0f);  // still the outer guard's mode
+#endif
+  }
+  CHECK(SubnormalProduct() == std::ldexp(1.0f, -140));
 }
 
 }  // namespace
