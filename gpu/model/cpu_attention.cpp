@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -14,6 +15,12 @@
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #include <immintrin.h>
 #define HYPIC_BF16_ATTENTION 1
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define HYPIC_AMX_ATTENTION 1
+#endif
 #endif
 
 namespace hypic::model {
@@ -346,6 +353,116 @@ void PvRows(const Bf16PairAlias* pp, int64_t ldp, const uint32_t* vp, int64_t hd
   }
 }
 
+#ifdef HYPIC_AMX_ATTENTION
+// The same products on AMX tiles (Sapphire Rapids and later), where vdpbf16ps runs at a
+// fraction of the tile unit's rate. tdpbf16ps is the same operation on a 16 x 32 bf16 A tile
+// and a 16-pair x 16-column B tile (lane pairs as vdpbf16ps's), accumulating 16 x 16 fp32; the
+// packed K (per 16-key group, pairs then lanes) and V (per key pair, columns) are already B
+// tiles. A group is kAmxRows query rows; a row's bits still depend only on its own Q row.
+// Every tile is configured 16 rows x 64 bytes; tile numbers are immediates.
+constexpr int64_t kAmxRows = 16;
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// The CPU has AMX-TILE and AMX-BF16 and the kernel lets this process use the tile state
+// (Linux asks for it once per process: arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA).
+bool AmxUsable() {
+  static const bool usable = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;
+    if ((d & kAmxBf16) == 0 || (d & kAmxTile) == 0) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return usable;
+}
+
+// Holds the tile configuration on the constructing thread; released when destroyed (an idle
+// thread then has no tile state for the kernel to save).
+class ScopedTiles {
+ public:
+  [[gnu::target("amx-tile")]] ScopedTiles() {
+    TileConfig cfg;
+    for (int t = 0; t < 8; ++t) {
+      cfg.bytes_per_row[t] = 64;
+      cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+  }
+  [[gnu::target("amx-tile")]] ~ScopedTiles() { _tile_release(); }
+  ScopedTiles(const ScopedTiles&) = delete;
+  ScopedTiles& operator=(const ScopedTiles&) = delete;
+};
+
+// s[16 rows][16 * groups keys] = Q K^T for the group's 16 bf16 Q rows (q16, row stride hd) and
+// `groups` (even) packed 16-key groups at kp, over hd / 32 chunks. Tiles: 0, 1 the scores of
+// two key groups, 2, 3 their K chunks, 4 the Q chunk.
+[[gnu::target("amx-tile,amx-bf16")]] void QkAmx(const uint16_t* q16, int64_t hd,
+                                                 const uint32_t* kp, int64_t groups, float* s,
+                                                 int64_t lds) {
+  const int64_t pairs = hd / 2, group_pairs = pairs * kKeyGroup;
+  for (int64_t g = 0; g < groups; g += 2) {
+    const uint32_t* k0 = kp + g * group_pairs;
+    const uint32_t* k1 = k0 + group_pairs;
+    _tile_zero(0);
+    _tile_zero(1);
+    for (int64_t c = 0; c < hd / 32; ++c) {
+      _tile_loadd(4, q16 + 32 * c, hd * 2);
+      _tile_loadd(2, k0 + 16 * c * kKeyGroup, 64);
+      _tile_loadd(3, k1 + 16 * c * kKeyGroup, 64);
+      _tile_dpbf16ps(0, 4, 2);
+      _tile_dpbf16ps(1, 4, 3);
+    }
+    _tile_stored(0, s + g * kKeyGroup, lds * 4);
+    _tile_stored(1, s + (g + 1) * kKeyGroup, lds * 4);
+  }
+}
+
+// o[16 rows][hd] += P V over `pairs` (a multiple of 16) key pairs: p16 the rows'
+// probabilities (row stride ldp), vp the packed V at the block's first pair. Tiles: 0-3 a
+// 64-column chunk of o, 4 the P step, 5-7 V.
+[[gnu::target("amx-tile,amx-bf16")]] void PvAmx(const uint16_t* p16, int64_t ldp,
+                                                 const uint32_t* vp, int64_t hd, int64_t pairs,
+                                                 float* o) {
+  const int64_t ldo = hd * 4, ldv = hd * 4;
+  for (int64_t c0 = 0; c0 < hd; c0 += 64) {
+    float* oc = o + c0;
+    _tile_loadd(0, oc, ldo);
+    _tile_loadd(1, oc + 16, ldo);
+    _tile_loadd(2, oc + 32, ldo);
+    _tile_loadd(3, oc + 48, ldo);
+    for (int64_t j = 0; j < pairs; j += 16) {
+      const uint32_t* vj = vp + j * hd + c0;
+      _tile_loadd(4, p16 + 2 * j, ldp * 2);
+      _tile_loadd(5, vj, ldv);
+      _tile_loadd(6, vj + 16, ldv);
+      _tile_dpbf16ps(0, 4, 5);
+      _tile_loadd(7, vj + 32, ldv);
+      _tile_dpbf16ps(1, 4, 6);
+      _tile_loadd(5, vj + 48, ldv);
+      _tile_dpbf16ps(2, 4, 7);
+      _tile_dpbf16ps(3, 4, 5);
+    }
+    _tile_stored(0, oc, ldo);
+    _tile_stored(1, oc + 16, ldo);
+    _tile_stored(2, oc + 32, ldo);
+    _tile_stored(3, oc + 48, ldo);
+  }
+}
+
+// AMX takes the products when the machine has it and the head suits the tiles.
+bool UseAmx(int64_t head_dim) { return head_dim % 64 == 0 && AmxUsable(); }
+#else
+bool UseAmx(int64_t) { return false; }
+#endif  // HYPIC_AMX_ATTENTION
+
 void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, const float* v,
                    float* out, std::span<const int64_t> positions,
                    std::vector<uint32_t>* pack_buffer) {
@@ -355,18 +472,25 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const PackedKv packed = PackKv(shape, k, v, positions.back() + 1, pack_buffer);
 
+  const bool amx = UseAmx(hd);
+  const int64_t group_rows = amx ? kAmxRows : kQkRows;  // query rows per scores-PV step
   const int64_t tiles = (rows + kQTile - 1) / kQTile;
   cpu::ParallelFor(shape.heads * tiles, tiles, [&](int64_t i0, int64_t i1) {
-    std::vector<float> qrow(static_cast<size_t>(hd)), s(static_cast<size_t>(kQkRows * kKBlock));
+#ifdef HYPIC_AMX_ATTENTION
+    std::optional<ScopedTiles> tiles_held;
+    if (amx) tiles_held.emplace();
+#endif
+    std::vector<float> qrow(static_cast<size_t>(hd));
+    std::vector<float> s(static_cast<size_t>(group_rows * kKBlock));
     std::vector<float> o(static_cast<size_t>(kQTile * hd)), max(kQTile), sum(kQTile);
     std::vector<uint16_t> q16(static_cast<size_t>(kQTile * hd));
-    std::vector<uint16_t> p16(static_cast<size_t>(kQkRows * kKBlock));
+    std::vector<uint16_t> p16(static_cast<size_t>(group_rows * kKBlock));
     const auto* qp = reinterpret_cast<const Bf16PairAlias*>(q16.data());
     const auto* pp = reinterpret_cast<const Bf16PairAlias*>(p16.data());
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t h = item / tiles, r0 = (item % tiles) * kQTile, g = h / group;
       const int64_t tile = std::min(kQTile, rows - r0);
-      const int64_t rows_pad = (tile + kQkRows - 1) / kQkRows * kQkRows;
+      const int64_t rows_pad = (tile + group_rows - 1) / group_rows * group_rows;
       for (int64_t i = 0; i < tile; ++i) {
         const float* src = q + (r0 + i) * ldq + h * hd;
         for (int64_t d = 0; d < hd; ++d) qrow[static_cast<size_t>(d)] = src[d] * scale;
@@ -383,14 +507,20 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
       for (int64_t b0 = 0; b0 < keys; b0 += kKBlock) {
         const int64_t nb = std::min(kKBlock, keys - b0);
         while (positions[static_cast<size_t>(r0 + first)] < b0) ++first;
-        const int64_t rb = first / kQkRows * kQkRows;
-        // Per group of kQkRows rows: scores, softmax step, PV, while the group's scores and
+        const int64_t rb = first / group_rows * group_rows;
+        // Per group of rows: scores, softmax step, PV, while the group's scores and
         // probabilities are in L1 (the block's K and V are read once per group).
-        for (int64_t r = rb; r < rows_pad; r += kQkRows) {
-          for (int64_t j = 0; j < nb; j += 2 * kKeyGroup) {
+        for (int64_t r = rb; r < rows_pad; r += group_rows) {
+#ifdef HYPIC_AMX_ATTENTION
+          if (amx) {
+            const int64_t groups = (nb + 2 * kKeyGroup - 1) / (2 * kKeyGroup) * 2;
+            QkAmx(q16.data() + r * hd, hd, kh + b0 * pairs, groups, s.data(), kKBlock);
+          }
+#endif
+          for (int64_t j = 0; !amx && j < nb; j += 2 * kKeyGroup) {
             QkTile(qp + r * pairs, pairs, kh + (b0 + j) * pairs, s.data() + j, kKBlock);
           }
-          for (int64_t i = 0; i < kQkRows; ++i) {
+          for (int64_t i = 0; i < group_rows; ++i) {
             uint16_t* prow = p16.data() + i * kKBlock;
             const int64_t valid = r + i < tile ? ValidKeys(positions, r0 + r + i, b0, nb) : 0;
             if (valid > 0) {
@@ -402,6 +532,13 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
             const int64_t written = (valid + 15) / 16 * 16;
             std::fill(prow + written, prow + kKBlock, uint16_t{0});
           }
+#ifdef HYPIC_AMX_ATTENTION
+          if (amx) {
+            const int64_t block_pairs = (nb + 31) / 32 * 16;
+            PvAmx(p16.data(), kKBlock, vh + b0 / 2 * hd, hd, block_pairs, o.data() + r * hd);
+            continue;
+          }
+#endif
           PvRows(pp, kKBlock / 2, vh + b0 / 2 * hd, hd, (nb + 1) / 2, kQkRows, o.data() + r * hd);
         }
       }

