@@ -404,9 +404,8 @@ class ScopedTiles {
 // s[16 rows][16 * groups keys] = Q K^T for the group's 16 bf16 Q rows (q16, row stride hd) and
 // `groups` (even) packed 16-key groups at kp, over hd / 32 chunks. Tiles: 0, 1 the scores of
 // two key groups, 2, 3 their K chunks, 4 the Q chunk.
-[[gnu::target("amx-tile,amx-bf16")]] void QkAmx(const uint16_t* q16, int64_t hd,
-                                                 const uint32_t* kp, int64_t groups, float* s,
-                                                 int64_t lds) {
+[[gnu::target("amx-tile,amx-bf16")]] void QkAmx(const uint16_t* q16, int64_t hd, const uint32_t* kp,
+                                                int64_t groups, float* s, int64_t lds) {
   const int64_t pairs = hd / 2, group_pairs = pairs * kKeyGroup;
   for (int64_t g = 0; g < groups; g += 2) {
     const uint32_t* k0 = kp + g * group_pairs;
@@ -429,8 +428,8 @@ class ScopedTiles {
 // probabilities (row stride ldp), vp the packed V at the block's first pair. Tiles: 0-3 a
 // 64-column chunk of o, 4 the P step, 5-7 V.
 [[gnu::target("amx-tile,amx-bf16")]] void PvAmx(const uint16_t* p16, int64_t ldp,
-                                                 const uint32_t* vp, int64_t hd, int64_t pairs,
-                                                 float* o) {
+                                                const uint32_t* vp, int64_t hd, int64_t pairs,
+                                                float* o) {
   const int64_t ldo = hd * 4, ldv = hd * 4;
   for (int64_t c0 = 0; c0 < hd; c0 += 64) {
     float* oc = o + c0;
