@@ -145,7 +145,8 @@ def gdn_chunk_forward(q, k, v, g, beta, state=None, chunk=64, want_transition=Fa
         decay = g_end[:, :, c].exp().unsqueeze(-1)               # [b, hv, 1, 1]
         state = decay * state + k_tail[:, :, c].transpose(-1, -2) @ v_new
         if want_transition:
-            m = decay * torch.eye(dk, dtype=k.dtype) - k_tail[:, :, c].transpose(-1, -2) @ w[:, :, c]
+            m = decay * torch.eye(dk, dtype=k.dtype)
+            m = m - k_tail[:, :, c].transpose(-1, -2) @ w[:, :, c]
             trans = m @ trans
     o = torch.stack(outs, 2).reshape(b, hv, n * chunk, dv)[:, :, :t]
     return o, state, trans
@@ -183,11 +184,10 @@ def rope(x, positions, rot, theta):
 class GdnLayer(nn.Module):
     """One Gated DeltaNet mixer; `prepare` and `finish` bracket the recurrence for compose.py."""
 
-    def __init__(self, c: TinyConfig, layer_index: int, n_linear: int, linear_index: int):
+    def __init__(self, c: TinyConfig, n_linear: int, linear_index: int):
         super().__init__()
         self.c = c
-        nk, nv = c.linear_num_key_heads, c.linear_num_value_heads
-        dk, dv, h = c.linear_key_head_dim, c.linear_value_head_dim, c.hidden_size
+        nv, dv, h = c.linear_num_value_heads, c.linear_value_head_dim, c.hidden_size
         rows = c.conv_channels + nv * dv + 2 * nv
         self.in_proj = nn.Parameter(torch.randn(rows, h) / math.sqrt(h))
         self.conv = nn.Parameter(torch.randn(c.conv_channels, c.linear_conv_kernel_dim) * 0.3)
@@ -319,7 +319,7 @@ class Block(nn.Module):
         self.post_norm = nn.Parameter(torch.zeros(c.hidden_size))
         if self.kind == "linear_attention":
             linear = [i for i, t in enumerate(c.layer_types) if t == "linear_attention"]
-            self.mixer = GdnLayer(c, li, len(linear), linear.index(li))
+            self.mixer = GdnLayer(c, len(linear), linear.index(li))
         else:
             self.mixer = AttentionLayer(c)
         self.mlp = Mlp(c)

@@ -3,7 +3,7 @@
 
 Run with Debian's interpreter and python3-torch (`scripts/install-deps.sh --train`):
 
-  train_tiny.py train    --work DIR [--seed 1] [--steps 3000] [--batch 32] [--threads 1]
+  train_tiny.py train    --work DIR [--seed 1] [--steps 600] [--batch 16] [--threads 1]
   train_tiny.py export   --work DIR --out tools/train-tiny/model
   train_tiny.py data     --out tools/train-tiny/eval.jsonl [--n 500] [--seed 19]
   train_tiny.py eval     (--work DIR | --model DIR) --data FILE [--limit N]
@@ -14,13 +14,13 @@ Run with Debian's interpreter and python3-torch (`scripts/install-deps.sh --trai
 `train` is reproducible from --seed: the weights are initialised from it and every step's
 batch is drawn from a generator seeded by (seed, step) alone, so a run that resumes from its
 checkpoint (DIR/ckpt.pt, written atomically every --ckpt-every steps and on SIGTERM/SIGINT)
-computes what an uninterrupted run computes (--stop-at splits a run into sessions). SIGSTOP/SIGCONT are harmless. The checkpoint
-also carries the CPU seconds spent so far, over every resume.
+computes what an uninterrupted run computes; --stop-at splits a run into sessions, and
+SIGSTOP/SIGCONT are harmless. The checkpoint carries the CPU seconds spent over every resume.
 
 `eval` is the torch-side composition (compose.py), for steering; `hypic-bench quality` gives
-the shipped figures. `check` compares this module's forward with `hypic-op prefill`, and compose.py's naive, hypic
-and oracle compositions with `hypic-op compose`, on the first --n prompts of --data; it fails
-above a 1e-3 max-abs logit difference.
+the shipped figures. `check` compares this module's forward with `hypic-op prefill`, and
+compose.py's naive, hypic and oracle compositions with `hypic-op compose`, on the first --n
+prompts of --data; it fails above a 1e-3 max-abs logit difference.
 """
 
 import argparse
@@ -270,8 +270,8 @@ def main():
     t = sub.add_parser("train", help="train (resumes from WORK/ckpt.pt)")
     t.add_argument("--work", required=True)
     t.add_argument("--seed", type=int, default=1)
-    t.add_argument("--steps", type=int, default=3000)
-    t.add_argument("--batch", type=int, default=32)
+    t.add_argument("--steps", type=int, default=600)
+    t.add_argument("--batch", type=int, default=16)
     t.add_argument("--queries", type=int, default=8, help="answered queries per sequence")
     t.add_argument("--hidden", type=int, default=128)
     t.add_argument("--lr", type=float, default=2e-3)
@@ -279,7 +279,7 @@ def main():
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--stop-at", type=int, help="checkpoint and stop after this step (resume later)")
     t.add_argument("--ckpt-every", type=int, default=25)
-    t.add_argument("--eval-every", type=int, default=250)
+    t.add_argument("--eval-every", type=int, default=100)
     t.add_argument("--val-n", type=int, default=64)
     t.set_defaults(fn=cmd_train)
     e = sub.add_parser("export", help="write config.json + model.safetensors")
