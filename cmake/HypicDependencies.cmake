@@ -11,6 +11,8 @@ find_package(prometheus-cpp REQUIRED)
 find_package(Boost 1.74 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+# hiredis (Debian's libhiredis-dev): the remote tier on Redis (storage/redis_tier.h).
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 
 # oneDNN (Debian's libdnnl-dev, built on OpenMP/libgomp): every CPU GEMM (gpu/cpu/gemm.h).
 # Found by hand: Debian's dnnl-config.cmake requires the OpenCL headers (its GPU runtime),

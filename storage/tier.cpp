@@ -9,6 +9,7 @@ std::string_view TierKindName(TierKind kind) {
     case TierKind::kHbm: return "hbm";
     case TierKind::kHost: return "host";
     case TierKind::kSsd: return "ssd";
+    case TierKind::kRemote: return "remote";
   }
   return "?";
 }

@@ -30,10 +30,12 @@
 namespace hypic::storage {
 
 // Numeric values are shown by the admin CLI and carried in protocol replies: never renumber.
-// Lower values are faster tiers.
-enum class TierKind : uint8_t { kHbm = 0, kHost = 1, kSsd = 2 };
+// Lower values are faster tiers. kRemote is the shared store below SSD (storage/remote_tier.h):
+// it appears in statistics only, never in TierManager's index, so kNumTierKinds counts the
+// local tiers.
+enum class TierKind : uint8_t { kHbm = 0, kHost = 1, kSsd = 2, kRemote = 3 };
 inline constexpr int kNumTierKinds = 3;
-std::string_view TierKindName(TierKind kind);  // "hbm", "host", "ssd"
+std::string_view TierKindName(TierKind kind);  // "hbm", "host", "ssd", "remote"
 
 // A stored entry: its parsed header and where its bytes are. Immutable.
 struct TierEntry {
@@ -74,6 +76,9 @@ struct TierCounters {
   uint64_t checksum_failures = 0;
   uint64_t io_errors = 0;
   bool degraded = false;  // the tier refuses writes after errors and is retrying
+  // The remote tier's network traffic (hits read, entries written); 0 for the local tiers.
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
 };
 
 class Tier {

@@ -39,7 +39,8 @@ void PinSet::Release() {
 Result<std::unique_ptr<TierManager>> TierManager::Create(TierManagerOptions options,
                                                          std::unique_ptr<Tier> hbm,
                                                          std::unique_ptr<Tier> host,
-                                                         std::unique_ptr<Tier> ssd) {
+                                                         std::unique_ptr<Tier> ssd,
+                                                         std::unique_ptr<RemoteTier> remote) {
   std::array<std::unique_ptr<Tier>, kNumTierKinds> tiers{std::move(hbm), std::move(host),
                                                          std::move(ssd)};
   for (size_t i = 0; i < tiers.size(); ++i) {
@@ -49,7 +50,7 @@ Result<std::unique_ptr<TierManager>> TierManager::Create(TierManagerOptions opti
                                     TierKindName(static_cast<TierKind>(i))));
     }
   }
-  std::unique_ptr<TierManager> m(new TierManager(options, std::move(tiers)));
+  std::unique_ptr<TierManager> m(new TierManager(options, std::move(tiers), std::move(remote)));
   if (Tier* ssd_tier = m->TierAt(TierKind::kSsd)) {
     std::vector<EntryInfo> stored = ssd_tier->List();
     MutexLock lock(&m->mu_);
@@ -73,8 +74,9 @@ Result<std::unique_ptr<TierManager>> TierManager::Create(TierManagerOptions opti
 }
 
 TierManager::TierManager(TierManagerOptions options,
-                         std::array<std::unique_ptr<Tier>, kNumTierKinds> tiers)
-    : options_(options), tiers_(std::move(tiers)) {}
+                         std::array<std::unique_ptr<Tier>, kNumTierKinds> tiers,
+                         std::unique_ptr<RemoteTier> remote)
+    : options_(options), tiers_(std::move(tiers)), remote_(std::move(remote)) {}
 
 TierManager::~TierManager() {
   if (!writer_.joinable()) return;
@@ -109,8 +111,11 @@ void TierManager::WriterLoop() {
 }
 
 void TierManager::WaitForWriteBacks() {
-  MutexLock lock(&mu_);
-  while (!queue_.empty() || writer_busy_) drained_cv_.wait(mu_);
+  {
+    MutexLock lock(&mu_);
+    while (!queue_.empty() || writer_busy_) drained_cv_.wait(mu_);
+  }
+  if (remote_ != nullptr) remote_->WaitForWrites();
 }
 
 std::optional<TierKind> TierManager::Below(TierKind k) const {
@@ -333,6 +338,21 @@ Status TierManager::RunWriteBacks(std::vector<WriteBack> writes, const SegmentKe
 }
 
 Status TierManager::Put(std::shared_ptr<const HostBuffer> bytes, const PutOptions& options) {
+  return Store(std::move(bytes), options, /*share=*/true);
+}
+
+bool TierManager::FetchRemote(const SegmentKey& key, const std::string* only_namespace) {
+  Result<std::shared_ptr<const HostBuffer>> bytes = remote_->Get(key);
+  if (!bytes.ok()) return false;
+  if (only_namespace != nullptr) {
+    Result<EntryInfo> info = ReadEntryInfo((*bytes)->span());
+    if (!info.ok() || info->name_space != *only_namespace) return false;
+  }
+  return Store(std::move(bytes).value(), {}, /*share=*/false).ok();
+}
+
+Status TierManager::Store(std::shared_ptr<const HostBuffer> bytes, const PutOptions& options,
+                          bool share) {
   if (bytes == nullptr) return BadRequest("Put of a null buffer");
   HYPIC_RETURN_IF_ERROR(Verify(bytes->span()));
   HYPIC_ASSIGN_OR_RETURN(EntryHandle h, MakeHostHandle(std::move(bytes)));
@@ -379,10 +399,24 @@ Status TierManager::Put(std::shared_ptr<const HostBuffer> bytes, const PutOption
     placed = Status::Ok();
   }
   Status written = RunWriteBacks(std::move(writes), to_ssd ? &key : nullptr);
-  return placed.ok() ? written : placed;
+  if (!placed.ok()) return placed;
+  if (share && remote_ != nullptr && written.ok() &&
+      h->info.n_tokens >= options_.remote_min_tokens) {
+    remote_->Write(h);
+  }
+  return written;
 }
 
 Result<EntryHandle> TierManager::Get(const SegmentKey& key, Access access) {
+  Result<EntryHandle> local = GetLocal(key, access);
+  if (local.ok() || remote_ == nullptr || local.status().code() != StatusCode::kNotFound ||
+      !FetchRemote(key, nullptr)) {
+    return local;
+  }
+  return GetLocal(key, access);
+}
+
+Result<EntryHandle> TierManager::GetLocal(const SegmentKey& key, Access access) {
   std::vector<WriteBack> writes;
   EntryHandle found;
   uint64_t gen = 0;
@@ -491,6 +525,18 @@ Result<EntryHandle> TierManager::Get(const SegmentKey& key, Access access) {
 
 ProbeResult TierManager::Probe(std::span<const SegmentKey> keys, bool pin_hits,
                                const std::string* only_namespace) {
+  ProbeResult local = ProbeLocal(keys, pin_hits, only_namespace);
+  if (remote_ == nullptr) return local;
+  bool fetched = false;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!local.tiers[i] && FetchRemote(keys[i], only_namespace)) fetched = true;
+  }
+  // Probed again for the fetched keys' tiers and pins (the first pins go with `local`).
+  return fetched ? ProbeLocal(keys, pin_hits, only_namespace) : std::move(local);
+}
+
+ProbeResult TierManager::ProbeLocal(std::span<const SegmentKey> keys, bool pin_hits,
+                                    const std::string* only_namespace) {
   ProbeResult result;
   result.tiers.reserve(keys.size());
   result.pins.manager_ = this;
@@ -651,6 +697,7 @@ std::vector<TierStats> TierManager::Stats() const {
     s.counters.checksum_failures += p.checksum_failures;
     out.push_back(s);
   }
+  if (remote_ != nullptr) out.push_back({TierKind::kRemote, remote_->Counters()});
   return out;
 }
 

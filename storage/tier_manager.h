@@ -14,6 +14,11 @@
 // - TTL per entry; namespaces are part of the key, and Probe/Evict/List can filter by
 //   namespace. The bytes of each namespace are counted (NamespaceBytes, for tenant quotas).
 // - Capacity is a hard bound per tier: a tier's usage never exceeds its capacity.
+// - A remote tier (optional, storage/remote_tier.h), shared with other daemons and kept out of
+//   the index: a key that misses locally in Get or Probe is read from it (verified) and put
+//   locally, so it is then a local hit; a Put of a new entry of at least remote_min_tokens
+//   tokens is offered to it (written asynchronously by the remote's own writer). Entries that
+//   came from the remote are not written back to it.
 //
 // Ownership: the manager owns its tiers. Get returns an EntryHandle that keeps the bytes alive
 // while the caller reads or sends them. Thread-safe, with many concurrent readers: one mutex
@@ -41,6 +46,7 @@
 #include <vector>
 
 #include "core/thread_annotations.h"
+#include "storage/remote_tier.h"
 #include "storage/tier.h"
 
 namespace hypic::storage {
@@ -61,6 +67,10 @@ struct TierManagerOptions {
   // Bytes of demotions that may wait for the background writer (held in memory meanwhile, on
   // top of the memory tiers' capacity). Zero: every write-back runs on the evicting caller.
   uint64_t max_writeback_bytes = uint64_t{256} << 20;
+  // Admission to the remote tier: a new entry is written there when it has at least this many
+  // tokens (the cost of recomputing it grows with them; a short one is cheaper to recompute
+  // than to fetch).
+  uint32_t remote_min_tokens = 256;
 };
 
 struct PutOptions {
@@ -138,7 +148,8 @@ class TierManager {
   static Result<std::unique_ptr<TierManager>> Create(TierManagerOptions options,
                                                      std::unique_ptr<Tier> hbm,
                                                      std::unique_ptr<Tier> host,
-                                                     std::unique_ptr<Tier> ssd);
+                                                     std::unique_ptr<Tier> ssd,
+                                                     std::unique_ptr<RemoteTier> remote = nullptr);
   ~TierManager();
   TierManager(const TierManager&) = delete;
   TierManager& operator=(const TierManager&) = delete;
@@ -168,10 +179,11 @@ class TierManager {
   // admin FLUSH). No-op without an SSD tier.
   Status Flush();
 
-  // Blocks until every queued write-back has been written (or has failed).
+  // Blocks until every queued write-back (the remote tier's writes too) has been written (or
+  // has failed).
   void WaitForWriteBacks() EXCLUDES(mu_);
 
-  // Per present tier, fastest first.
+  // Per present tier, fastest first; the remote tier last.
   std::vector<TierStats> Stats() const;
 
   // ls-style enumeration, ordered by key; at most `limit` entries (0: all).
@@ -213,7 +225,17 @@ class TierManager {
     uint64_t checksum_failures = 0;  // device copies that failed Verify
   };
 
-  TierManager(TierManagerOptions options, std::array<std::unique_ptr<Tier>, kNumTierKinds> tiers);
+  TierManager(TierManagerOptions options, std::array<std::unique_ptr<Tier>, kNumTierKinds> tiers,
+              std::unique_ptr<RemoteTier> remote);
+
+  // Put, and with `share` the remote write of a new entry the admission takes.
+  Status Store(std::shared_ptr<const HostBuffer> bytes, const PutOptions& options, bool share);
+  Result<EntryHandle> GetLocal(const SegmentKey& key, Access access);
+  ProbeResult ProbeLocal(std::span<const SegmentKey> keys, bool pin_hits,
+                         const std::string* only_namespace);
+  // A local miss: reads `key` from the remote tier and stores it locally. True when it is now
+  // stored (a miss, another namespace than `only_namespace`, or no room locally: false).
+  bool FetchRemote(const SegmentKey& key, const std::string* only_namespace) EXCLUDES(mu_);
 
   static constexpr size_t Index(TierKind k) { return static_cast<size_t>(k); }
   static constexpr uint8_t Bit(TierKind k) { return static_cast<uint8_t>(1u << Index(k)); }
@@ -272,6 +294,7 @@ class TierManager {
 
   const TierManagerOptions options_;
   const std::array<std::unique_ptr<Tier>, kNumTierKinds> tiers_;
+  const std::unique_ptr<RemoteTier> remote_;  // may be null
 
   mutable Mutex mu_;
   std::unordered_map<SegmentKey, Item, SegmentKeyHasher> items_ GUARDED_BY(mu_);
