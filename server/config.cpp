@@ -20,6 +20,8 @@
 #include "gpu/backend.h"
 #include "gpu/model/checkpoint.h"
 #include "protocol/session.h"
+#include "storage/redis_manifest.h"
+#include "storage/redis_tier.h"
 
 namespace hypic::server {
 
@@ -204,6 +206,23 @@ std::vector<ConfigKey> BuildKeys() {
   keys.push_back(CapacityKey(
       "hbm_capacity", "GPU HBM tier bytes; auto = 80% of free device memory (0 without CUDA)",
       &ServerConfig::hbm_capacity));
+  keys.push_back(StringKey("remote_store",
+                           "shared entry tier below SSD: redis://[[user]:password@]host[:port]; "
+                           "empty = none",
+                           &ServerConfig::remote_store, /*secret=*/true));
+  keys.push_back(StringKey("remote_prefix",
+                           "prefix of every key in the remote store (one per deployment)",
+                           &ServerConfig::remote_prefix));
+  keys.push_back(U32Key("remote_min_tokens",
+                        "entries of at least this many tokens are written to the remote store",
+                        &ServerConfig::remote_min_tokens, 0));
+  keys.push_back(BytesKey("remote_chunk_bytes",
+                          "chunk size of entries in the remote store (4KiB to 64MiB)",
+                          &ServerConfig::remote_chunk_bytes, 4 << 10));
+  keys.push_back(DurationKey("remote_timeout_ms",
+                             "remote store connect and command timeout; past it the tier is "
+                             "degraded and retried with backoff",
+                             &ServerConfig::remote_timeout_ms));
   keys.push_back(CapacityKey(
       "prefix_cache_capacity",
       "COMPOSE mode prefix checkpoint bytes; auto = min(4GiB, 25% of the RAM tier); 0 disables",
@@ -712,6 +731,18 @@ Result<ServerConfig> Load(const std::vector<std::string>& args, const EnvLookup&
   if (c.eviction_policy != "lru" && c.eviction_policy != "cost") {
     return BadRequest(
         fmt::format("config key 'eviction_policy': '{}' is not lru or cost", c.eviction_policy));
+  }
+  if (!c.remote_store.empty()) {
+    if (Status st = storage::ParseRedisUrl(c.remote_store).status(); !st.ok()) {
+      return st.WithContext("config key 'remote_store'");
+    }
+    if (c.remote_chunk_bytes > storage::kMaxRedisChunkBytes) {
+      return BadRequest(fmt::format("config key 'remote_chunk_bytes': {} is above {}",
+                                    c.remote_chunk_bytes, storage::kMaxRedisChunkBytes));
+    }
+    if (c.remote_prefix.empty()) {
+      return BadRequest("config key 'remote_prefix': must not be empty with a remote_store");
+    }
   }
   if (c.loopback_tcp_congestion.size() > 15 ||
       !std::all_of(c.loopback_tcp_congestion.begin(), c.loopback_tcp_congestion.end(), [](char ch) {

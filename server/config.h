@@ -91,6 +91,13 @@ struct ServerConfig {
   std::optional<uint64_t> ram_capacity;  // bytes; nullopt = "auto" until resolved
   std::optional<uint64_t> ssd_capacity;
   std::optional<uint64_t> hbm_capacity;
+  // The shared remote tier (storage/redis_tier.h): "redis://[[user]:password@]host[:port]", or
+  // empty for none. Entries of at least remote_min_tokens tokens are written to it.
+  std::string remote_store;
+  std::string remote_prefix = "hypic";  // the deployment's part of every Redis key
+  uint32_t remote_min_tokens = 256;
+  uint64_t remote_chunk_bytes = 2ull << 20;
+  uint32_t remote_timeout_ms = 1000;  // connect and each command
   // COMPOSE mode `prefix` checkpoints; nullopt = "auto" until resolved; 0 disables the mode.
   std::optional<uint64_t> prefix_cache_capacity;
 

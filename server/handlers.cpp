@@ -438,6 +438,10 @@ Reply Handlers::Stats(const Request& req) const {
                      {"checksum_failures", c.checksum_failures},
                      {"io_errors", c.io_errors},
                      {"degraded", c.degraded}});
+    if (t.kind == storage::TierKind::kRemote) {
+      tiers.back()["bytes_read"] = c.bytes_read;
+      tiers.back()["bytes_written"] = c.bytes_written;
+    }
   }
   j["tiers"] = std::move(tiers);
   if (prefix_cache_) {

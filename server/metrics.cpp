@@ -66,6 +66,14 @@ class Metrics::TierCollector : public prometheus::Collectable {
         {"hypic_tier_capacity_bytes", "Configured capacity of this tier", false,
          &TierSample::capacity_bytes},
         {"hypic_tier_entries", "Entries held by this tier", false, &TierSample::entries},
+        {"hypic_tier_io_errors_total", "Failed reads and writes of this tier", true,
+         &TierSample::io_errors},
+        {"hypic_tier_degraded", "1 while the tier is degraded (retrying after errors)", false,
+         &TierSample::degraded},
+        {"hypic_tier_read_bytes_total", "Bytes read from the remote tier on hits", true,
+         &TierSample::bytes_read},
+        {"hypic_tier_written_bytes_total", "Bytes of entries written to the remote tier", true,
+         &TierSample::bytes_written},
     };
     std::vector<prometheus::MetricFamily> families;
     for (const Spec& spec : kSpecs) {

@@ -11,8 +11,9 @@
 //   hypic_quota_refusals_total{tenant,quota}        requests refused QUOTA_EXCEEDED (quota:
 //                                                   bytes, compute_inflight)
 //   hypic_tier_{hits,misses,evictions}_total{tier},
-//   hypic_tier_{bytes,capacity_bytes,entries}{tier}, hypic_tier_checksum_failures_total{tier} read
-//   from the store at scrape time
+//   hypic_tier_{bytes,capacity_bytes,entries}{tier}, hypic_tier_checksum_failures_total{tier},
+//   hypic_tier_io_errors_total{tier}, hypic_tier_degraded{tier} (0 or 1) and, for the remote
+//   tier, hypic_tier_{read,written}_bytes_total{tier}: read from the store at scrape time
 //
 // The hot-path methods are lock-free after the first use of a label set (each series is
 // created once and cached). Thread-safe. The HTTP endpoint (metrics_http.h) is owned here and
@@ -53,7 +54,7 @@ struct MetricsHttpHealth {
 
 // One tier's counters as the store reports them (cumulative since start).
 struct TierSample {
-  std::string tier;  // "hbm", "ram", "ssd"
+  std::string tier;  // "hbm", "host", "ssd", "remote"
   uint64_t hits = 0;
   uint64_t misses = 0;
   uint64_t evictions = 0;
@@ -61,6 +62,10 @@ struct TierSample {
   uint64_t bytes = 0;
   uint64_t capacity_bytes = 0;
   uint64_t entries = 0;
+  uint64_t io_errors = 0;
+  uint64_t degraded = 0;  // 1 while the tier is degraded
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
 };
 using TierSampler = std::function<std::vector<TierSample>()>;
 

@@ -23,6 +23,7 @@
 #include "storage/entry_format.h"
 #include "storage/hbm_tier.h"
 #include "storage/host_tier.h"
+#include "storage/redis_tier.h"
 #include "storage/rocks_tier.h"
 
 namespace hypic::server {
@@ -137,7 +138,20 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
   so.policy = c.eviction_policy == "cost" ? storage::EvictionPolicy::kCostAware
                                           : storage::EvictionPolicy::kLru;
   if (!host) so.placement = hbm ? storage::TierKind::kHbm : storage::TierKind::kSsd;
-  auto store = storage::TierManager::Create(so, std::move(hbm), std::move(host), std::move(ssd));
+  std::unique_ptr<storage::RemoteTier> remote;
+  if (!c.remote_store.empty()) {
+    storage::RedisTierOptions ro;
+    ro.address = *storage::ParseRedisUrl(c.remote_store);  // checked by config::Load
+    ro.prefix = c.remote_prefix;
+    ro.chunk_bytes = c.remote_chunk_bytes;
+    ro.connect_timeout = ro.command_timeout = std::chrono::milliseconds(c.remote_timeout_ms);
+    auto tier = storage::RedisTier::Create(ro);
+    if (!tier.ok()) return tier.status().WithContext("config key 'remote_store'");
+    remote = std::move(tier).value();
+    so.remote_min_tokens = c.remote_min_tokens;
+  }
+  auto store = storage::TierManager::Create(so, std::move(hbm), std::move(host), std::move(ssd),
+                                            std::move(remote));
   if (!store.ok()) return store.status().WithContext("opening the store");
   s->store_ = std::move(store).value();
 
@@ -202,6 +216,10 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
       ts.bytes = t.counters.bytes;
       ts.capacity_bytes = t.counters.capacity;
       ts.entries = t.counters.entries;
+      ts.io_errors = t.counters.io_errors;
+      ts.degraded = t.counters.degraded ? 1 : 0;
+      ts.bytes_read = t.counters.bytes_read;
+      ts.bytes_written = t.counters.bytes_written;
       samples.push_back(std::move(ts));
     }
     return samples;
