@@ -1,5 +1,7 @@
 // HostBuffer: an owning, aligned, move-only block of host memory. The default alignment (4 KiB)
-// suits direct device copies and O_DIRECT-style I/O. Not thread-safe; share it through
+// suits direct device copies and O_DIRECT-style I/O. A buffer can be resized in place of a
+// copy (Resize): blocks of kMapThreshold and more are mapped pages that grow with mremap, so a
+// body received piece by piece never copies its large part. Not thread-safe; share it through
 // std::shared_ptr<const HostBuffer> when several readers need it.
 #pragma once
 
@@ -14,6 +16,9 @@ namespace hypic {
 class HostBuffer {
  public:
   static constexpr size_t kDefaultAlignment = 4096;
+  // Resize maps blocks this large or larger (glibc's mmap threshold as core/malloc_tuning sets
+  // it, so smaller ones come from the reused heap, larger ones were fresh pages anyway).
+  static constexpr size_t kMapThreshold = 32 << 20;
 
   HostBuffer() = default;
   ~HostBuffer();
@@ -28,6 +33,12 @@ class HostBuffer {
 
   // Allocates and copies `bytes`.
   static Result<HostBuffer> CopyOf(std::span<const std::byte> bytes);
+
+  // Resizes to `size` bytes with the default alignment, keeping the first min(size(), size)
+  // bytes; the bytes past the old size are not initialized (unlike Allocate's). A mapped block
+  // (size >= kMapThreshold) is remapped without copying; a smaller one is reallocated and
+  // copied. Returns kNoSpace when the memory cannot be had; the buffer is then unchanged.
+  [[nodiscard]] Status Resize(size_t size);
 
   std::byte* data() { return data_; }
   const std::byte* data() const { return data_; }
@@ -46,8 +57,11 @@ class HostBuffer {
   }
 
  private:
+  void Free();
+
   std::byte* data_ = nullptr;
   size_t size_ = 0;
+  bool mapped_ = false;  // data_ is an mmap of size_ rounded up to pages (else aligned_alloc)
 };
 
 }  // namespace hypic

@@ -250,6 +250,14 @@ std::vector<ConfigKey> BuildKeys() {
                           &ServerConfig::max_inflight_bytes, 64 << 10));
   keys.push_back(BytesKey("max_body_bytes", "largest frame body accepted (TOO_LARGE above)",
                           &ServerConfig::max_body_bytes, 4 << 10));
+  keys.push_back(BytesKey("max_pending_request_bytes",
+                          "bytes held by partially received request bodies, all connections "
+                          "together; a body that would pass it is answered BUSY",
+                          &ServerConfig::max_pending_request_bytes, 4 << 10));
+  keys.push_back(U32Key("max_preauth_connections_per_peer",
+                        "connections from one TCP address that have not completed HELLO; the "
+                        "excess is answered BUSY and closed",
+                        &ServerConfig::max_preauth_connections_per_peer, 1));
   keys.push_back(BytesKey("max_message_bytes",
                           "largest whole streamed reply (a COMPOSE state sent in chunks); a "
                           "reply above it is TOO_LARGE",
@@ -718,6 +726,12 @@ Result<ServerConfig> Load(const std::vector<std::string>& args, const EnvLookup&
         "metrics_token (scrapers send it as a bearer token), or metrics_public = true to serve "
         "the metrics to anyone who can reach the port",
         c.metrics->ToString()));
+  }
+  if (c.max_pending_request_bytes < c.max_body_bytes) {
+    return BadRequest(fmt::format(
+        "config key 'max_pending_request_bytes': {} is below max_body_bytes ({}), so a body of "
+        "that size could never be received",
+        c.max_pending_request_bytes, c.max_body_bytes));
   }
   if (c.data_dir.empty()) return BadRequest("config key 'data_dir': must not be empty");
   if (c.model.empty()) return BadRequest("config key 'model': must not be empty");

@@ -112,6 +112,10 @@ struct ServerConfig {
   uint32_t max_inflight_requests = 64;         // per connection
   uint64_t max_inflight_bytes = 512ull << 20;  // per connection: bodies read + replies queued
   uint64_t max_body_bytes = 256ull << 20;      // one frame's body
+  // Daemon-wide: bytes held by partially received bodies; past it a body is answered BUSY.
+  uint64_t max_pending_request_bytes = 1ull << 30;
+  // Per TCP source address: connections that have not completed HELLO; the excess is refused.
+  uint32_t max_preauth_connections_per_peer = 32;
   // A whole streamed (chunked) reply, e.g. a COMPOSE state: 8 GiB holds the f32 state of a
   // 128k-token prompt of a 35B-class hybrid (Qwen3.5-35B-A3B: ~5.1 GiB, docs/state-format.md).
   uint64_t max_message_bytes = 8ull << 30;

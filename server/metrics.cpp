@@ -135,6 +135,16 @@ Metrics::Metrics()
                       .Help("Open client connections")
                       .Register(*registry_)
                       .Add({});
+  pending_bytes_ = &prometheus::BuildGauge()
+                        .Name("hypic_pending_request_bytes")
+                        .Help("Bytes held by partially received request bodies (all connections)")
+                        .Register(*registry_)
+                        .Add({});
+  pending_refusals_ = &prometheus::BuildCounter()
+                           .Name("hypic_pending_request_refusals_total")
+                           .Help("Request bodies answered BUSY at max_pending_request_bytes")
+                           .Register(*registry_)
+                           .Add({});
   auto& bytes = prometheus::BuildCounter()
                     .Name("hypic_network_bytes_total")
                     .Help("Bytes read from and written to client sockets")
@@ -198,6 +208,10 @@ void Metrics::QuotaRefused(std::string_view tenant, std::string_view quota) {
   quota_refusals_->Add({{"tenant", std::string(tenant)}, {"quota", std::string(quota)}})
       .Increment();
 }
+void Metrics::AddPendingRequestBytes(int64_t delta) {
+  pending_bytes_->Increment(static_cast<double>(delta));
+}
+void Metrics::PendingRequestRefused() { pending_refusals_->Increment(); }
 void Metrics::AddNetworkBytes(uint64_t in, uint64_t out) {
   if (in > 0) bytes_in_->Increment(static_cast<double>(in));
   if (out > 0) bytes_out_->Increment(static_cast<double>(out));

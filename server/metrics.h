@@ -8,6 +8,9 @@
 //   hypic_connections / hypic_connections_dropped_total{reason}  (refused or closed by us)
 //   hypic_frames_rejected_total{reason}             malformed input by decoder verdict
 //   hypic_network_bytes_total{direction}
+//   hypic_pending_request_bytes                     gauge (partially received bodies, all
+//                                                   connections: max_pending_request_bytes)
+//   hypic_pending_request_refusals_total            counter (bodies answered BUSY at that cap)
 //   hypic_quota_refusals_total{tenant,quota}        requests refused QUOTA_EXCEEDED (quota:
 //                                                   bytes, compute_inflight)
 //   hypic_tier_{hits,misses,evictions}_total{tier},
@@ -94,6 +97,8 @@ class Metrics {
   void FrameRejected(std::string_view reason);
   void AddNetworkBytes(uint64_t in, uint64_t out);
   void QuotaRefused(std::string_view tenant, std::string_view quota);
+  void AddPendingRequestBytes(int64_t delta);
+  void PendingRequestRefused();
 
   // The text exposition of every metric (the same bytes /metrics returns); for tests and STATS.
   std::string Render() const;
@@ -117,6 +122,8 @@ class Metrics {
   prometheus::Gauge* connections_ = nullptr;
   prometheus::Counter* bytes_in_ = nullptr;
   prometheus::Counter* bytes_out_ = nullptr;
+  prometheus::Gauge* pending_bytes_ = nullptr;
+  prometheus::Counter* pending_refusals_ = nullptr;
   // Series cached per (opcode, status) and per opcode; created on first use.
   std::array<std::atomic<prometheus::Counter*>, kOpcodes * kStatuses> request_series_{};
   std::array<std::atomic<prometheus::Histogram*>, kOpcodes> duration_series_{};

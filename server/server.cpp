@@ -110,6 +110,10 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
   const ServerConfig& c = s->config_;
   s->metrics_ = std::make_unique<Metrics>();
   s->tenants_ = std::make_unique<Tenants>(c);
+  Metrics* metrics_ptr = s->metrics_.get();
+  s->pending_ = std::make_unique<PendingBudget>(
+      c.max_pending_request_bytes,
+      [metrics_ptr](int64_t delta) { metrics_ptr->AddPendingRequestBytes(delta); });
 
   // The store: HBM (CUDA only) -> host RAM -> SSD, each present when its capacity is > 0.
   gpu::Backend* cuda = gpu::FindBackend(gpu::BackendKind::kCuda);
@@ -372,7 +376,8 @@ void Server::AcceptTcp() {
       std::string peer =
           opt_ec ? "tcp:?" : fmt::format("tcp:{}:{}", remote.address().to_string(), remote.port());
       // Never trusted with admin: any local account can reach a loopback port.
-      Admit(context, std::move(socket), /*trusted=*/false, std::move(peer));
+      Admit(context, std::move(socket), /*trusted=*/false, std::move(peer),
+            opt_ec ? "?" : remote.address().to_string());
     }
     if (!draining_) AcceptTcp();
   });
@@ -394,35 +399,62 @@ void Server::AcceptUnix() {
               ::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
           const bool trusted = known && (cred.uid == ::geteuid() || cred.uid == 0);
           std::string peer = known ? fmt::format("unix:uid={}", cred.uid) : "unix:uid=?";
-          Admit(context, std::move(socket), trusted, std::move(peer));
+          // No per-peer pre-auth count: only the daemon's account and root can connect (0600).
+          Admit(context, std::move(socket), trusted, std::move(peer), /*address=*/"");
         }
         if (!draining_) AcceptUnix();
       });
 }
 
 template <typename ProtoSocket>
-void Server::Admit(asio::io_context& context, ProtoSocket socket, bool trusted, std::string peer) {
+void Server::Admit(asio::io_context& context, ProtoSocket socket, bool trusted, std::string peer,
+                   std::string address) {
   uint64_t id = next_session_id_.fetch_add(1);
-  auto session =
-      std::make_shared<Session>(*this, asio::make_strand(context),
-                                Session::Socket(std::move(socket)), id, trusted, std::move(peer));
-  bool refuse = false;
+  auto session = std::make_shared<Session>(*this, asio::make_strand(context),
+                                           Session::Socket(std::move(socket)), id, trusted,
+                                           std::move(peer), address);
+  enum class Refusal { kNone, kDraining, kMaxConnections, kPreAuth } refusal = Refusal::kNone;
   {
     MutexLock lock(&mu_);
-    refuse = draining_ || sessions_.size() >= config_.max_connections;
-    if (!refuse) sessions_.emplace(id, session);
-  }
-  if (refuse) {
-    metrics_->ConnectionDropped(draining_ ? "draining" : "max_connections");
     if (draining_) {
-      session->Refuse(StatusCode::kShuttingDown, "the daemon is shutting down");
+      refusal = Refusal::kDraining;
+    } else if (sessions_.size() >= config_.max_connections) {
+      refusal = Refusal::kMaxConnections;
+    } else if (!address.empty() && preauth_[address] >= config_.max_preauth_connections_per_peer) {
+      refusal = Refusal::kPreAuth;
     } else {
+      sessions_.emplace(id, session);
+      if (!address.empty()) ++preauth_[address];
+    }
+    if (refusal != Refusal::kNone && !address.empty() && preauth_[address] == 0) {
+      preauth_.erase(address);
+    }
+  }
+  switch (refusal) {
+    case Refusal::kNone: session->Start(); return;
+    case Refusal::kDraining:
+      metrics_->ConnectionDropped("draining");
+      session->Refuse(StatusCode::kShuttingDown, "the daemon is shutting down");
+      return;
+    case Refusal::kMaxConnections:
+      metrics_->ConnectionDropped("max_connections");
       session->Refuse(StatusCode::kBusy, fmt::format("too many connections (max_connections {})",
                                                      config_.max_connections));
-    }
-    return;
+      return;
+    case Refusal::kPreAuth:
+      metrics_->ConnectionDropped("preauth_per_peer");
+      session->Refuse(StatusCode::kBusy,
+                      fmt::format("too many connections from {} without HELLO "
+                                  "(max_preauth_connections_per_peer {})",
+                                  address, config_.max_preauth_connections_per_peer));
+      return;
   }
-  session->Start();
+}
+
+void Server::EndPreAuth(const std::string& address) {
+  MutexLock lock(&mu_);
+  auto it = preauth_.find(address);
+  if (it != preauth_.end() && --it->second == 0) preauth_.erase(it);
 }
 
 void Server::Unregister(uint64_t id) {

@@ -8,7 +8,10 @@
 //   4. the store is flushed and closed; Run() returns 0.
 //
 // Connections over max_connections are accepted, sent a GOAWAY(BUSY) and closed, so the
-// client learns why; existing connections are unaffected (RELIABILITY row 7).
+// client learns why; existing connections are unaffected (RELIABILITY row 7). So are TCP
+// connections from an address that already has max_preauth_connections_per_peer connections
+// that have not completed HELLO. The PendingBudget (max_pending_request_bytes) is shared by
+// every session's partially received bodies.
 // Thread-safe: RequestShutdown may be called from any thread; the rest from main.
 #pragma once
 
@@ -35,6 +38,7 @@
 #include "server/config.h"
 #include "server/handlers.h"
 #include "server/metrics.h"
+#include "server/pending_budget.h"
 #include "server/tenants.h"
 #include "storage/tier_manager.h"
 
@@ -60,11 +64,15 @@ class Server {
   Metrics& metrics() { return *metrics_; }
   Handlers& handlers() { return *handlers_; }
   const Tenants& tenants() const { return *tenants_; }
+  PendingBudget& pending_budget() { return *pending_; }
   uint16_t tcp_port() const { return tcp_port_; }
 
   // Session bookkeeping (called by Session on its strand).
   void Unregister(uint64_t id);
   size_t connection_count() const;
+  // A connection from TCP address `address`, counted since its admission as not authenticated,
+  // completed HELLO or closed.
+  void EndPreAuth(const std::string& address);
 
  private:
   explicit Server(ServerConfig config);
@@ -73,7 +81,8 @@ class Server {
   // The io_context for the next connection (round robin); called on io_.
   boost::asio::io_context& NextContext();
   template <typename ProtoSocket>
-  void Admit(boost::asio::io_context& context, ProtoSocket socket, bool trusted, std::string peer);
+  void Admit(boost::asio::io_context& context, ProtoSocket socket, bool trusted, std::string peer,
+             std::string address);
   // Stops every io_context (the end of the drain).
   void StopContexts();
   void BeginDrain(const std::string& reason);
@@ -85,6 +94,7 @@ class Server {
   ServerConfig config_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Tenants> tenants_;
+  std::unique_ptr<PendingBudget> pending_;
   std::unique_ptr<storage::TierManager> store_;
   std::shared_ptr<const model::Model> model_;
   // The miss path (with a model): CPU workers, the host transport, the cost model and the
@@ -120,6 +130,8 @@ class Server {
   std::atomic<uint64_t> next_session_id_{1};
   mutable Mutex mu_;
   std::unordered_map<uint64_t, std::weak_ptr<Session>> sessions_ GUARDED_BY(mu_);
+  // Per TCP source address: its connections that have not completed HELLO (absent: none).
+  std::unordered_map<std::string, uint32_t> preauth_ GUARDED_BY(mu_);
 };
 
 }  // namespace hypic::server

@@ -102,13 +102,14 @@ class Session::StreamWriter : public ChunkWriter {
 };
 
 Session::Session(Server& server, Strand strand, Socket socket, uint64_t id, bool trusted,
-                 std::string peer)
+                 std::string peer, std::string address)
     : server_(server),
       strand_(std::move(strand)),
       socket_(std::move(socket)),
       timer_(strand_),
       id_(id),
       peer_(std::move(peer)),
+      address_(std::move(address)),
       proto_(server.tenants().Policy(trusted), server.handlers().ReadyLimits()) {
   accepted_ = Clock::now();
   last_progress_ = accepted_;
@@ -119,6 +120,7 @@ Session::Session(Server& server, Strand strand, Socket socket, uint64_t id, bool
 Session::~Session() { server_.metrics().ConnectionClosed(); }
 
 void Session::Start() {
+  preauth_counted_ = !address_.empty();  // Server::Admit counted it (before the strand runs)
   asio::post(strand_, [self = shared_from_this()] {
     HYPIC_LOG_DEBUG("session {}: open ({})", self->id_, self->peer_);
     self->recv_.resize(kRecvInitial);
@@ -176,13 +178,21 @@ void Session::MaybeRead() {
             }));
     return;
   }
-  // A large body keeps reading once allocated: its bytes are already accounted for.
+  if (large_) {
+    // The body grows here, as its bytes arrive; the budget may refuse the growth.
+    auto room = large_->body.Room(kHashChunk);
+    if (!room.ok()) {
+      RefuseLargeFrame(room.status());
+    } else {
+      large_->room = *room;
+    }
+  }
+  // A large body keeps reading: its bytes are accounted for by the pending budget.
   if (!large_ && !CanDispatch()) return;
   reading_ = true;
   asio::mutable_buffer target;
   if (large_) {
-    target = asio::buffer(large_->body->data() + large_->received,
-                          std::min(large_->body->size() - large_->received, kHashChunk));
+    target = asio::buffer(large_->room.data(), large_->room.size());
   } else {
     if (recv_begin_ == recv_end_) recv_begin_ = recv_end_ = 0;
     if (recv_end_ == recv_.size()) {
@@ -205,6 +215,7 @@ void Session::OnRead(const boost::system::error_code& ec, size_t n) {
   if (closed_) return;
   if (closing_) {
     // Bytes that arrived before the close decision are not answered.
+    large_.reset();
     if (ec) {
       CloseNow();
     } else {
@@ -221,9 +232,9 @@ void Session::OnRead(const boost::system::error_code& ec, size_t n) {
   server_.metrics().AddNetworkBytes(n, 0);
   last_progress_ = Clock::now();
   if (large_) {
-    large_->hasher.Update(large_->body->span().subspan(large_->received, n));
-    large_->received += n;
-    if (large_->received == large_->body->size()) FinishLargeFrame();
+    large_->hasher.Update(large_->room.first(n));
+    large_->body.Commit(n);
+    if (large_->body.complete()) FinishLargeFrame();
   } else {
     recv_end_ += n;
     ProcessBuffer();
@@ -234,6 +245,14 @@ void Session::OnRead(const boost::system::error_code& ec, size_t n) {
 
 void Session::ProcessBuffer() {
   while (!closing_ && !large_ && CanDispatch()) {
+    if (discard_left_ > 0) {
+      size_t drop = std::min<uint64_t>(recv_end_ - recv_begin_, discard_left_);
+      recv_begin_ += drop;
+      discard_left_ -= drop;
+      if (discard_left_ > 0) return;
+      frame_started_.reset();  // the refused frame is behind us
+      header_done_.reset();
+    }
     size_t avail = recv_end_ - recv_begin_;
     if (avail == 0) {
       frame_started_.reset();
@@ -252,38 +271,29 @@ void Session::ProcessBuffer() {
         header_done_ = Clock::now();
         frame_body_len_ = frame.header.body_len;
       }
-      if (needed <= kSmallFrameMax) {
-        if (recv_.size() < needed) {
-          // Make room for the whole frame at the front of a larger buffer.
-          std::memmove(recv_.data(), recv_.data() + recv_begin_, avail);
-          recv_end_ = avail;
-          recv_begin_ = 0;
-          recv_.resize(
-              std::min<size_t>(std::max<size_t>(recv_.size() * 2, needed), kSmallFrameMax));
-        }
-        return;
-      }
+      // A small frame waits in the receive buffer, which MaybeRead grows once its bytes fill
+      // it: never from the declared length.
+      if (needed <= kSmallFrameMax) return;
       // A large frame: wait for its ext, then read the body into its own buffer.
       size_t head = protocol::kHeaderSize + frame.header.ext_len;
       if (avail < head) return;
-      auto body = HostBuffer::Allocate(frame.header.body_len);
-      if (!body.ok()) {
-        CloseAfterWrites(StatusCode::kNoSpace, "cannot allocate the request body");
-        return;
-      }
-      LargeFrame lf;
-      lf.header = frame.header;
-      lf.hasher = protocol::BodyHasher(frame.header.checksum_kind);
-      lf.ext.assign(bytes.begin() + protocol::kHeaderSize, bytes.begin() + head);
-      lf.body = std::make_shared<HostBuffer>(std::move(body).value());
-      lf.received = std::min<size_t>(avail - head, lf.body->size());
-      std::memcpy(lf.body->data(), bytes.data() + head, lf.received);
+      LargeFrame lf{
+          .header = frame.header,
+          .ext = protocol::Bytes(bytes.begin() + protocol::kHeaderSize, bytes.begin() + head),
+          .body = BodyBuffer(server_.pending_budget(), frame.header.body_len),
+          .room = {},
+          .hasher = protocol::BodyHasher(frame.header.checksum_kind)};
+      auto first = bytes.subspan(head, std::min<uint64_t>(avail - head, frame.header.body_len));
+      recv_begin_ += head + first.size();
       lf.hasher.Update(lf.ext);
-      lf.hasher.Update(lf.body->span().first(lf.received));
-      recv_begin_ += head + lf.received;
-      inflight_bytes_ += lf.body->size();  // held until the request is answered
+      lf.hasher.Update(first);
+      Status appended = lf.body.Append(first);
+      if (!appended.ok()) {
+        RefuseBody(lf.header, appended, frame.header.body_len - first.size());
+        continue;
+      }
       large_ = std::move(lf);
-      if (large_->received == large_->body->size()) FinishLargeFrame();
+      if (large_->body.complete()) FinishLargeFrame();
       continue;
     }
     if (st != DecodeStatus::kOk && st != DecodeStatus::kBadBodyChecksum) {
@@ -318,9 +328,6 @@ void Session::FinishLargeFrame() {
   large_.reset();
   frame_started_.reset();
   header_done_.reset();
-  // The body's bytes were added to inflight_bytes_ when it was allocated; Dispatch adds the
-  // whole frame, so take the body back out first.
-  inflight_bytes_ -= lf.body->size();
   if (lf.hasher.Digest() != lf.header.body_checksum) {
     protocol::Frame frame;
     frame.header = lf.header;
@@ -330,10 +337,36 @@ void Session::FinishLargeFrame() {
   Request req;
   req.header = lf.header;
   req.ext = std::move(lf.ext);
-  req.body = std::move(lf.body);
+  req.body = lf.body.Take();  // from the pending budget to this connection's in-flight bytes
   inflight_bytes_ += req.WireSize();
   Dispatch(std::move(req));
   ProcessBuffer();  // frames that arrived behind the body
+}
+
+void Session::RefuseBody(const protocol::FrameHeader& header, const Status& why, uint64_t left) {
+  if (why.code() == StatusCode::kBusy) server_.metrics().PendingRequestRefused();
+  HYPIC_LOG_DEBUG("session {} ({}): body of request {} ({} bytes) refused: {}", id_, peer_,
+                  header.request_id, header.body_len, why.ToString());
+  Request req;
+  req.header = header;
+  QueueReply(Reply::Error(req, why), 0, /*counts_request=*/false);
+  discard_left_ = left;
+  if (discard_left_ == 0) {
+    frame_started_.reset();
+    header_done_.reset();
+  }
+}
+
+void Session::RefuseLargeFrame(const Status& why) {
+  LargeFrame lf = std::move(*large_);
+  large_.reset();  // its bytes go back to the budget now
+  RefuseBody(lf.header, why, lf.body.length() - lf.body.received());
+}
+
+void Session::EndPreAuth() {
+  if (!preauth_counted_) return;
+  preauth_counted_ = false;
+  server_.EndPreAuth(address_);
 }
 
 void Session::Dispatch(Request req) {
@@ -397,6 +430,7 @@ void Session::HandleHello(Request req) {
     CloseAfterWrites(st.code(), st.message());
     return;
   }
+  EndPreAuth();
   const Tenant* tenant = server_.tenants().Get(proto_.tenant());
   HYPIC_LOG_DEBUG("session {}: HELLO from '{}' (tenant {}, admin={})", id_, hello->client_name,
                   tenant != nullptr ? tenant->config.name : "none", proto_.admin());
@@ -541,6 +575,11 @@ void Session::CloseAfterWrites(StatusCode code, const std::string& why) {
   goaway.body = TextBytes(std::string_view(why).substr(0, protocol::kMaxErrorMessage));
   QueueReply(std::move(goaway), 0, /*counts_request=*/false);
   closing_ = true;
+  // Nothing more is read into a large body: its bytes go back to the budget now, or when the
+  // read in flight into it completes (OnRead).
+  if (!reading_) large_.reset();
+  discard_left_ = 0;
+  EndPreAuth();  // a closing connection will not authenticate: its slot is free for another
   close_deadline_ = Clock::now() + kCloseGrace;
   ArmTimer();
 }
@@ -554,6 +593,7 @@ void Session::CloseNow() {
   timer_.cancel();
   out_.clear();
   large_.reset();
+  EndPreAuth();
   HYPIC_LOG_DEBUG("session {}: closed", id_);
   server_.Unregister(id_);
 }

@@ -4,9 +4,14 @@
 //
 // Reading: frames are decoded incrementally (protocol::ServerSession, which also owns the HELLO
 // and admission rules: tokens, admin grant, negotiated version). Frames up to
-// kSmallFrameMax are decoded in the receive buffer; a larger body is read straight into its own
-// HostBuffer, allocated only after the decoder has checked the header against the limits.
-// Before HELLO succeeds only HELLO and PING with tiny bodies are accepted.
+// kSmallFrameMax are decoded in the receive buffer, which grows (to kSmallFrameMax at most)
+// only when a frame's bytes fill it. A larger body is read straight into its own BodyBuffer,
+// which grows with the bytes received, never from the declared length, and reserves what it
+// holds from the daemon-wide PendingBudget (max_pending_request_bytes). A body the budget
+// cannot cover is answered BUSY at once, its bytes so far are freed, and the rest of it is read
+// and discarded, so the stream stays in sync and the connection goes on. Before HELLO
+// succeeds only HELLO and PING with tiny bodies are accepted, and a TCP connection counts
+// towards its address's max_preauth_connections_per_peer (Server).
 //
 // Backpressure: the socket is not read while the connection holds max_inflight_requests
 // requests (unanswered or with an unwritten reply) or max_inflight_bytes of request and reply
@@ -36,11 +41,13 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/host_buffer.h"
 #include "protocol/session.h"
+#include "server/body_buffer.h"
 #include "server/request.h"
 
 namespace hypic::server {
@@ -60,8 +67,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // `trusted`: a unix-socket peer running as the daemon's uid or root, which gets the admin
   // grant when no admin token is configured.
-  Session(Server& server, Strand strand, Socket socket, uint64_t id, bool trusted,
-          std::string peer);
+  // `address`: the TCP peer's address, whose pre-auth count (Server) this session holds from
+  // Start until HELLO succeeds or it closes; "" for a unix-socket peer (not counted).
+  Session(Server& server, Strand strand, Socket socket, uint64_t id, bool trusted, std::string peer,
+          std::string address);
   ~Session();
 
   class StreamWriter;  // the ChunkWriter of this session's requests (session.cpp)
@@ -93,8 +102,8 @@ class Session : public std::enable_shared_from_this<Session> {
   struct LargeFrame {
     protocol::FrameHeader header;
     protocol::Bytes ext;
-    std::shared_ptr<HostBuffer> body;
-    size_t received = 0;
+    BodyBuffer body;
+    std::span<std::byte> room;  // the target of the read in flight
     protocol::BodyHasher hasher{protocol::ChecksumKind::kXxh3_64};
   };
   static constexpr size_t kHashChunk = 256 << 10;
@@ -104,6 +113,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void ProcessBuffer();
   bool CanDispatch() const;
   void FinishLargeFrame();
+  // Answers the large frame `header` with `why` (BUSY: the pending budget is spent) and
+  // discards the `left` bytes of its body that are still to come.
+  void RefuseBody(const protocol::FrameHeader& header, const Status& why, uint64_t left);
+  void RefuseLargeFrame(const Status& why);
+  void EndPreAuth();
   void Dispatch(Request req);
   void HandleHello(Request req);
   void QueueReply(Reply reply, uint64_t request_bytes, bool counts_request,
@@ -125,12 +139,15 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::asio::steady_timer timer_;
   const uint64_t id_;
   const std::string peer_;
+  const std::string address_;
+  bool preauth_counted_ = false;   // holds one of address_'s pre-auth slots (Server)
   protocol::ServerSession proto_;  // decoder, HELLO and admission state
 
   std::vector<std::byte> recv_;
   size_t recv_begin_ = 0;
   size_t recv_end_ = 0;
   std::optional<LargeFrame> large_;
+  uint64_t discard_left_ = 0;  // bytes of a refused body still to be read and dropped
 
   bool reading_ = false;
   bool writing_ = false;

@@ -152,5 +152,30 @@ TEST_CASE("HostBuffer moves ownership and CopyOf copies") {
   CHECK(empty_copy->empty());
 }
 
+TEST_CASE("HostBuffer::Resize keeps the contents, across the heap and the mapped blocks") {
+  HostBuffer b;
+  size_t filled = 0;
+  // 64 KiB doubling to 128 MiB: heap blocks, the switch to a mapping at kMapThreshold, then
+  // remaps; the bytes written before every resize must survive it, and stay page-aligned.
+  for (size_t size = 64 << 10; size <= (size_t{128} << 20); size *= 2) {
+    CHECK_OK(b.Resize(size));
+    REQUIRE(b.size() == size);
+    CHECK(reinterpret_cast<uintptr_t>(b.data()) % HostBuffer::kDefaultAlignment == 0);
+    for (size_t i = 0; i < filled; i += 4093) {
+      REQUIRE(b.data()[i] == static_cast<std::byte>(i * 31));
+    }
+    for (size_t i = 0; i < size; i += 4093) b.data()[i] = static_cast<std::byte>(i * 31);
+    filled = size;
+  }
+  CHECK_OK(b.Resize(3 << 20));  // a mapped block shrinks in place of a copy
+  CHECK(b.size() == size_t{3} << 20);
+  CHECK(b.data()[4093] == static_cast<std::byte>(4093 * 31));
+  CHECK_OK(b.Resize(0));
+  CHECK(b.empty());
+  CHECK(b.data() == nullptr);
+  CHECK(b.Resize(std::numeric_limits<size_t>::max() - 10).code() == StatusCode::kNoSpace);
+  CHECK(b.empty());  // unchanged by the failure
+}
+
 }  // namespace
 }  // namespace hypic

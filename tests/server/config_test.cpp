@@ -324,13 +324,32 @@ TEST_CASE("machine defaults and the dump round-trip through a file") {
   CHECK(DumpConfig(*again) == dump);
 }
 
+TEST_CASE("the pending-request budget holds at least one largest body") {
+  auto c = LoadConfig({}, MapEnv({}));
+  REQUIRE_OK(c);
+  CHECK(c->max_pending_request_bytes == uint64_t{1} << 30);
+  CHECK(c->max_preauth_connections_per_peer == 32);
+  auto set = LoadConfig(
+      {"--max-pending-request-bytes", "512MiB", "--max-preauth-connections-per-peer", "4"},
+      MapEnv({}));
+  REQUIRE_OK(set);
+  CHECK(set->max_pending_request_bytes == uint64_t{512} << 20);
+  CHECK(set->max_preauth_connections_per_peer == 4);
+  auto small = LoadConfig({"--max-pending-request-bytes", "64MiB"}, MapEnv({}));
+  CHECK(small.status().code() == StatusCode::kBadRequest);
+  CHECK(small.status().message().find("max_pending_request_bytes") != std::string::npos);
+  auto zero = LoadConfig({"--max-preauth-connections-per-peer", "0"}, MapEnv({}));
+  CHECK(zero.status().code() == StatusCode::kBadRequest);
+}
+
 TEST_CASE("the dump is valid TOML for any text value and any size") {
   // Control characters, quotes and backslashes in strings (possible from env and flags), and
   // byte counts above TOML's i64 range, all load back to the same dump.
   auto c = LoadConfig({"--data-dir",
                        "a\"b\\c\nd\te\x01"
                        "g\x7f",
-                       "--max-body-bytes", "18446744073709551615", "--ram-capacity", "16TiB"},
+                       "--max-body-bytes", "18446744073709551615", "--max-pending-request-bytes",
+                       "18446744073709551615", "--ram-capacity", "16TiB"},
                       MapEnv({{"HYPIC_READY_FILE", "line1\r\nline2"}}));
   REQUIRE_OK(c);
   std::string dump = DumpConfig(*c);
