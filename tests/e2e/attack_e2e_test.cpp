@@ -8,9 +8,10 @@
 //     max_preauth_connections_per_peer of them without HELLO, the excess refused; the same p99
 //     bound; the deadlines close every one of them.
 //
-// On latency: the p99 of a phase is the lowest of the p99s of kRounds rounds. Other processes
-// on a shared machine only ever add latency, in bursts; the least disturbed round is the best
-// estimate of what the daemon itself costs the client in that phase. Both phases are measured
+// On latency: the p99 of a phase is the lowest of the p99s of kRounds rounds, spread over about
+// a second. Other processes on a shared machine only ever add latency, in bursts; the least
+// disturbed round is the best estimate of what the daemon itself costs the client in that
+// phase. Both phases are measured
 // the same way, and the bound (1.5x) is the one RELIABILITY sets. The attackers' sends are
 // spread evenly over time (one connection per slot), so the attack costs the machine little
 // CPU and never a burst.
@@ -33,7 +34,8 @@ using protocol::Opcode;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kAttackers = 200;
-constexpr int kRounds = 5;
+constexpr int kRounds = 9;
+constexpr auto kRoundGap = 100ms;     // rounds sample different moments of the machine's load
 constexpr int kPingsPerRound = 2000;  // a round spans many of the attack's sends
 
 // The p99 round trip of a 64-byte PING, in microseconds: the lowest of kRounds rounds.
@@ -52,6 +54,7 @@ double PingP99Us(RawConn& good) {
     }
     std::sort(us.begin(), us.end());
     best = std::min(best, us[us.size() * 99 / 100]);
+    std::this_thread::sleep_for(kRoundGap);
   }
   return best;
 }
@@ -154,9 +157,9 @@ TEST_CASE("slowloris: 200 trickling connections, p99 kept, pre-auth limited per 
   constexpr int kPreAuth = 16;
   DaemonOptions o;
   o.args = {"--hello-timeout-ms",
-            "6s",
+            "8s",
             "--header-timeout-ms",
-            "6s",
+            "8s",
             "--io-threads",
             "2",
             "--max-preauth-connections-per-peer",
@@ -177,6 +180,7 @@ TEST_CASE("slowloris: 200 trickling connections, p99 kept, pre-auth limited per 
   std::array<std::byte, protocol::kHeaderSize> header;
   protocol::EncodeHeader(h, header.data());
   std::vector<RawConn> attackers;
+  const auto start = Clock::now();  // the first attacker's deadline runs from about here
   for (int i = 0; i < kAttackers; ++i) {
     auto c =
         i < kAttackers - kPreAuth ? RawConn::TcpHello((*d)->port()) : RawConn::Tcp((*d)->port());
@@ -197,7 +201,6 @@ TEST_CASE("slowloris: 200 trickling connections, p99 kept, pre-auth limited per 
   std::atomic<bool> stop{false};
   std::atomic<int> sent{0};
   std::vector<size_t> offset(attackers.size(), 1);
-  auto start = Clock::now();
   std::thread trickle([&] {
     TrickleEvenly(attackers.size(), 2s, stop, [&](size_t i) {
       if (offset[i] + 1 >= header.size()) return;  // never completes the header
@@ -215,12 +218,12 @@ TEST_CASE("slowloris: 200 trickling connections, p99 kept, pre-auth limited per 
   MESSAGE("PING p99 " << base_us << " us -> " << attack_us << " us (" << attack_us / base_us
                       << "x) under " << kAttackers << " trickling connections, " << sent.load()
                       << " bytes trickled");
-  CHECK(measured < 6s);  // the attackers were all alive while it was measured
+  CHECK(measured < 8s);  // the attackers were all alive while it was measured
   CHECK(attack_us <= 1.5 * base_us);
 
-  // The deadlines close them all: 6 s after their first byte (HELLO: after accept).
+  // The deadlines close them all: 8 s after their first byte (HELLO: after accept).
   int closed = 0;
-  for (auto& c : attackers) closed += c.WaitClosed(8s) ? 1 : 0;
+  for (auto& c : attackers) closed += c.WaitClosed(10s) ? 1 : 0;
   CHECK(closed == kAttackers);
   const std::string metrics = HttpGet((*d)->metrics_port(), "/metrics");
   CHECK(metrics.find("reason=\"deadline_HELLO\"") != std::string::npos);
