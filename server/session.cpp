@@ -431,7 +431,7 @@ void Session::HandleHello(Request req) {
     return;
   }
   EndPreAuth();
-  const Tenant* tenant = server_.tenants().Get(proto_.tenant());
+  [[maybe_unused]] const Tenant* tenant = server_.tenants().Get(proto_.tenant());
   HYPIC_LOG_DEBUG("session {}: HELLO from '{}' (tenant {}, admin={})", id_, hello->client_name,
                   tenant != nullptr ? tenant->config.name : "none", proto_.admin());
   OnReply(Reply::Ok(req, protocol::Encode(info)), bytes, req.received);
