@@ -146,11 +146,11 @@ Result<std::unique_ptr<RedisTier>> RedisTier::Create(const RedisTierOptions& opt
   t->writer_ = std::thread([raw = t.get()] { raw->WriterLoop(); });
   HYPIC_LOG_INFO(
       "remote tier: redis at {}:{} (auth {}), key prefix '{}', chunks of {} bytes, connect "
-      "timeout {} ms, command timeout {} ms, backoff {}-{} ms, write queue {} bytes, ttl {} s",
+      "timeout {} ms, command timeout {} ms, backoff {}-{} ms, write queue {} bytes",
       options.address.host, options.address.port, options.address.password.empty() ? "off" : "on",
       options.prefix, options.chunk_bytes, options.connect_timeout.count(),
       options.command_timeout.count(), options.backoff_min.count(), options.backoff_max.count(),
-      options.max_queued_bytes, options.ttl.count());
+      options.max_queued_bytes);
   return t;
 }
 
@@ -379,15 +379,7 @@ Status RedisTier::WriteEntry(const TierEntry& entry) {
     return Status::Ok();
   }
   const RedisManifest m = MakeRedisManifest(key, entry.host, options_.chunk_bytes, write_ids_());
-  const std::string ttl_ms = std::to_string(options_.ttl.count() * 1000);
-  auto set = [&](std::string_view k, std::string_view v) {
-    Args a{"SET", k, v};
-    if (options_.ttl.count() > 0) {
-      a.Add("PX");
-      a.Add(ttl_ms);
-    }
-    return a;
-  };
+  auto set = [](std::string_view k, std::string_view v) { return Args{"SET", k, v}; };
   Status reply_error;
   std::vector<std::string> chunk_keys(m.chunk_count());
   Status net = Pipeline(

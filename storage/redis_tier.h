@@ -64,7 +64,6 @@ struct RedisTierOptions {
   std::chrono::milliseconds backoff_max{10000};
   size_t max_idle_connections = 4;
   uint64_t max_queued_bytes = uint64_t{256} << 20;
-  std::chrono::seconds ttl{0};  // set on every key written; zero: none (maxmemory evicts)
 };
 
 class RedisTier : public RemoteTier {
