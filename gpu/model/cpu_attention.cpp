@@ -566,6 +566,15 @@ bool HasBf16Attention(int64_t head_dim) {
 #endif
 }
 
+const char* AttentionKernelName(int64_t head_dim, bool bf16_products) {
+  if (!bf16_products || !HasBf16Attention(head_dim)) return "fp32";
+#ifdef HYPIC_BF16_ATTENTION
+  return UseAmx(head_dim) ? "amx-bf16" : "avx512-bf16";
+#else
+  return "fp32";  // unreachable: HasBf16Attention is false without the kernel
+#endif
+}
+
 void CausalAttention(const AttentionShape& shape, const float* q, const float* k, const float* v,
                      float* out, std::span<const int64_t> positions,
                      std::vector<uint32_t>* pack_buffer) {

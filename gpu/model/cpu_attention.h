@@ -35,6 +35,12 @@ inline constexpr int64_t kBf16AttentionMinRows = 16;
 // suits it (a multiple of 16, at most 512); otherwise bf16_products falls back to fp32.
 bool HasBf16Attention(int64_t head_dim);
 
+// The kernel CausalAttention runs for this head size and precision, for logs and benchmark
+// headers: "amx-bf16" (tile products), "avx512-bf16" (vdpbf16ps) or "fp32" (bf16 products
+// asked for but not available here become "fp32"). Calls with fewer than
+// kBf16AttentionMinRows rows take fp32 whatever this says.
+const char* AttentionKernelName(int64_t head_dim, bool bf16_products);
+
 // One query row per entry of `positions` (non-decreasing): row r attends keys and values at
 // positions [0, positions[r]]. q/out: [rows, heads, head_dim] (q unscaled); k/v: [positions,
 // kv_heads, head_dim]. Scores are scaled by 1/sqrt(head_dim). *pack_buffer holds the bf16

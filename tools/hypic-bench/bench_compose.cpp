@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "gpu/cpu/compute_threads.h"
+#include "gpu/model/cpu_attention.h"
 #include "gpu/model/model.h"
 #include "tools/common/subcommand.h"
 #include "tools/hypic-bench/bench_timing.h"
@@ -230,7 +231,9 @@ int Run(const Options& opt) {
         cpu::ComputeThreads(), model::ComputeDeviceName(dev), opt.reps);
   }
   const GemmPeaks peaks = MeasureGemmPeaks();
-  if (!opt.json) fmt::print("gemm: {}\n", peaks.kernels);
+  const char* attention =
+      model::AttentionKernelName(m.config().head_dim, m.weights_dtype() == DType::kBF16);
+  if (!opt.json) fmt::print("gemm: {}; attention: {}\n", peaks.kernels, attention);
 
   // The reference: full prefill (always run, every other mode is compared with it).
   std::vector<float> full_logits;
@@ -375,6 +378,7 @@ int Run(const Options& opt) {
     j["reps"] = opt.reps;
     j["threads"] = cpu::ComputeThreads();
     j["gemm"] = peaks.kernels;
+    j["attention_kernel"] = attention;
     j["device"] = model::ComputeDeviceName(dev);
     j["weights_dtype"] = DTypeName(m.weights_dtype());
     j["resident_weight_bytes"] = m.resident_weight_bytes();
