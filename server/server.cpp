@@ -18,6 +18,7 @@
 #include "core/logging.h"
 #include "gpu/cpu/compute_threads.h"
 #include "gpu/cpu/gemm.h"
+#include "gpu/model/cpu_attention.h"
 #include "gpu/runtime/model_jobs.h"
 #include "server/session.h"
 #include "storage/entry_format.h"
@@ -175,6 +176,10 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
         stored > 0 ? static_cast<double>(resident) / static_cast<double>(stored) : 0.0,
         stored / 1048576.0);
     HYPIC_LOG_INFO("entries: {} (entry_dtype)", c.entry_dtype.ToString());
+    HYPIC_LOG_INFO("attention: {} (head_dim {})",
+                   model::AttentionKernelName(s->model_->config().head_dim,
+                                              s->model_->weights_dtype() == DType::kBF16),
+                   s->model_->config().head_dim);
     runtime::PoolOptions po;
     po.kind = gpu::BackendKind::kCpu;
     po.cpu_workers = static_cast<int>(c.prefill_workers);
