@@ -135,13 +135,19 @@ TEST_CASE("200 connections declaring 256 MiB bodies: RSS within the budget, p99 
   // The overhead beyond the budget: 201 connections' receive buffers and session state (about
   // 32 KiB each: 6.3 MiB), one growth copy per io thread (a 16 -> 32 MiB doubling briefly holds
   // both: 2 x 48 MiB at most), and the allocator's slack around the freed bodies. 128 MiB.
-  constexpr uint64_t kOverheadKiB = 128 << 10;
+  [[maybe_unused]] constexpr uint64_t kOverheadKiB = 128 << 10;
   const uint64_t grown_kib = rss_peak > rss_before ? rss_peak - rss_before : 0;
   MESSAGE("RSS before " << rss_before / 1024 << " MiB, peak " << rss_peak / 1024 << " MiB (+"
                         << grown_kib / 1024 << " MiB; budget " << (kBudget >> 20)
                         << " MiB); PING p99 " << base_us << " us -> " << attack_us << " us ("
                         << attack_us / base_us << "x)");
+#if defined(__SANITIZE_ADDRESS__)
+  // An ASan daemon keeps freed bodies in its quarantine and adds shadow pages: its RSS says
+  // nothing about the production allocator's, so only the unsanitised build holds the bound.
+  MESSAGE("ASan build: the RSS bound is checked only without sanitizers");
+#else
   CHECK(grown_kib <= (kBudget >> 10) + kOverheadKiB);
+#endif
   const double pending = MetricValue(metrics, "hypic_pending_request_bytes");
   const double refusals = MetricValue(metrics, "hypic_pending_request_refusals_total");
   MESSAGE("pending " << pending / 1048576 << " MiB, refusals " << refusals);
