@@ -37,6 +37,7 @@
 #include "tools/common/subcommand.h"
 #include "tools/hypic-bench/bench_timing.h"
 #include "tools/hypic-bench/gemm_peak.h"
+#include "tools/hypic-bench/quality_metrics.h"
 
 namespace hypic::tools {
 namespace {
@@ -106,23 +107,6 @@ struct ModeResult {
   double max_dlogit = 0;
   int64_t live = 0, cached = 0;
 };
-
-double Kl(const std::vector<float>& p_logits, const std::vector<float>& q_logits) {
-  auto softmax = [](const std::vector<float>& l) {
-    const double mx = *std::max_element(l.begin(), l.end());
-    std::vector<double> p(l.size());
-    double s = 0;
-    for (size_t i = 0; i < l.size(); ++i) s += p[i] = std::exp(l[i] - mx);
-    for (double& x : p) x /= s;
-    return p;
-  };
-  const auto p = softmax(p_logits), q = softmax(q_logits);
-  double kl = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (p[i] > 0) kl += p[i] * (std::log(p[i]) - std::log(std::max(q[i], 1e-300)));
-  }
-  return std::max(kl, 0.0);
-}
 
 // ||a - b|| / ||b|| (Frobenius) over one field of every layer of two states.
 double RelError(const model::ModelState& a, const model::ModelState& b,
@@ -282,7 +266,7 @@ int Run(const Options& opt) {
       }
     });
     if (!st.ok()) return fail(st);
-    r.kl = Kl(full_logits, logits);
+    r.kl = KlDivergence(full_logits, logits);
     r.top1 = std::max_element(logits.begin(), logits.end()) - logits.begin() ==
              std::max_element(full_logits.begin(), full_logits.end()) - full_logits.begin();
     for (size_t i = 0; i < logits.size(); ++i) {
@@ -343,8 +327,8 @@ int Run(const Options& opt) {
         if (c.ok()) logits = std::move(c->logits);
       });
       if (!st.ok()) return fail(st);
-      p.kl = Kl(full_logits, logits);
-      p.kl_f32 = Kl(f32_logits, logits);
+      p.kl = KlDivergence(full_logits, logits);
+      p.kl_f32 = KlDivergence(f32_logits, logits);
       p.top1 = std::max_element(logits.begin(), logits.end()) - logits.begin() ==
                std::max_element(full_logits.begin(), full_logits.end()) - full_logits.begin();
       auto composed = compose_state(parts);
