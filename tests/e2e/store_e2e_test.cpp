@@ -9,29 +9,13 @@
 #include "storage/entry_format.h"
 #include "storage/synthetic_entry.h"
 #include "tests/e2e/daemon.h"
+#include "tests/e2e/synthetic_wire_entry.h"
 #include "tests/support/check_ok.h"
 
 namespace hypic::e2e {
 namespace {
 
 using protocol::Opcode;
-
-struct Entry {
-  Hash128 key;
-  std::shared_ptr<const HostBuffer> bytes;
-};
-
-Entry MakeEntry(uint64_t seed, uint64_t bytes, const std::string& ns = "default") {
-  storage::SyntheticSpec spec;
-  spec.seed = seed;
-  spec.target_bytes = bytes;
-  spec.name_space = ns;
-  auto entry = storage::MakeSyntheticEntry(spec);
-  REQUIRE_OK(entry);
-  auto serialized = storage::Serialize(**entry);
-  REQUIRE_OK(serialized);
-  return {(*entry)->key().hash(), *serialized};
-}
 
 Result<ReplyFrame> Put(RawConn& c, const Entry& e, protocol::PutOptions opts = {}) {
   auto ext = protocol::Encode(opts);

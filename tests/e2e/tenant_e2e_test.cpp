@@ -14,6 +14,7 @@
 #include "storage/entry_format.h"
 #include "storage/synthetic_entry.h"
 #include "tests/e2e/daemon.h"
+#include "tests/e2e/synthetic_wire_entry.h"
 #include "tests/support/check_ok.h"
 
 namespace hypic::e2e {
@@ -49,23 +50,6 @@ namespace = "small"
 ops = ["read", "write"]
 max_bytes = "160KiB"
 )";
-
-struct Entry {
-  Hash128 key;
-  std::shared_ptr<const HostBuffer> bytes;
-};
-
-Entry MakeEntry(uint64_t seed, uint64_t bytes, const std::string& ns) {
-  storage::SyntheticSpec spec;
-  spec.seed = seed;
-  spec.target_bytes = bytes;
-  spec.name_space = ns;
-  auto entry = storage::MakeSyntheticEntry(spec);
-  REQUIRE_OK(entry);
-  auto serialized = storage::Serialize(**entry);
-  REQUIRE_OK(serialized);
-  return {(*entry)->key().hash(), *serialized};
-}
 
 RawConn Connect(const Daemon& d, const std::string& token, const std::string& admin = "") {
   auto c = RawConn::Tcp(d.port());
