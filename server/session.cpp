@@ -274,6 +274,19 @@ void Session::ProcessBuffer() {
       // A small frame waits in the receive buffer, which MaybeRead grows once its bytes fill
       // it: never from the declared length.
       if (needed <= kSmallFrameMax) return;
+      // A large frame of an op this session may not run (a PUT without `write`) is answered
+      // now, from its header, and its ext and body are discarded as they come: they are never
+      // buffered, nor counted against the pending budget. (Before HELLO the decoder's limits
+      // admit no large frame.)
+      if (proto_.phase() == protocol::ServerSession::Phase::kReady) {
+        if (Status admit = proto_.Admit(frame.header); !admit.ok()) {
+          const uint64_t rest = uint64_t{frame.header.ext_len} + frame.header.body_len;
+          const uint64_t have = std::min<uint64_t>(avail - protocol::kHeaderSize, rest);
+          recv_begin_ += protocol::kHeaderSize + have;
+          RefuseBody(frame.header, admit, rest - have);
+          continue;
+        }
+      }
       // A large frame: wait for its ext, then read the body into its own buffer.
       size_t head = protocol::kHeaderSize + frame.header.ext_len;
       if (avail < head) return;

@@ -9,7 +9,10 @@
 // which grows with the bytes received, never from the declared length, and reserves what it
 // holds from the daemon-wide PendingBudget (max_pending_request_bytes). A body the budget
 // cannot cover is answered BUSY at once, its bytes so far are freed, and the rest of it is read
-// and discarded, so the stream stays in sync and the connection goes on. Before HELLO
+// and discarded, so the stream stays in sync and the connection goes on. A large frame that
+// ServerSession::Admit refuses (an op the tenant may not run, e.g. PUT without `write`) is
+// answered as soon as its header is in, and its body is discarded the same way, never
+// buffered: a client without `write` cannot make the daemon hold a 256 MiB body. Before HELLO
 // succeeds only HELLO and PING with tiny bodies are accepted, and a TCP connection counts
 // towards its address's max_preauth_connections_per_peer (Server).
 //

@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <array>
 #include <thread>
 #include <vector>
 
@@ -249,6 +250,56 @@ TEST_CASE("no poisoning: PUT needs write, and never changes a stored entry") {
   RawConn small = Connect(**d, "small-token");
   CHECK(Put(small, MakeEntry(8, 16 << 10, "small"), protocol::PutOptions{0, true}) ==
         StatusCode::kUnauthorized);
+  CHECK((*d)->Stop(SIGTERM) == 0);
+}
+
+TEST_CASE("a PUT without write is refused at its header, before its body is buffered") {
+  DaemonOptions opts;
+  opts.config_toml = kTenants;
+  auto d = Daemon::Start(opts);
+  REQUIRE_OK(d);
+  RawConn reader = Connect(**d, "reader-token");
+  {  // A declared 200 MiB body, none of it sent: the refusal comes from the header alone.
+    protocol::FrameHeader h;
+    h.opcode = Opcode::kPut;
+    h.request_id = reader.next_id();
+    h.key = Hash128{3, 4};
+    h.checksum_kind = protocol::ChecksumKind::kXxh3_64;
+    h.body_len = uint64_t{200} << 20;
+    std::array<std::byte, protocol::kHeaderSize> header;
+    protocol::EncodeHeader(h, header.data());
+    REQUIRE_OK(reader.Send(header));
+    auto r = reader.Read(10s);
+    REQUIRE_OK(r);
+    CHECK(r->header.request_id == h.request_id);
+    CHECK(r->status() == StatusCode::kUnauthorized);
+    CHECK(r->text().find("'write'") != std::string::npos);
+  }
+  // The stream stays in sync: a refused 1 MiB body sent after its refusal is discarded, and the
+  // next request on the connection is answered.
+  RawConn reader2 = Connect(**d, "reader-token");
+  Entry e = MakeEntry(11, 1 << 20, "alpha");
+  protocol::FrameHeader h;
+  h.opcode = Opcode::kPut;
+  h.request_id = reader2.next_id();
+  h.key = e.key;
+  auto header = protocol::MakeHeader(h, {}, e.bytes->span());
+  REQUIRE_OK(header);
+  REQUIRE_OK(reader2.Send(*header));
+  auto refused = reader2.Read(10s);
+  REQUIRE_OK(refused);
+  CHECK(refused->header.request_id == h.request_id);
+  CHECK(refused->status() == StatusCode::kUnauthorized);
+  REQUIRE_OK(reader2.Send(e.bytes->span()));
+  auto ping = reader2.Call(Opcode::kPing, AsBytes("still here"));
+  REQUIRE_OK(ping);
+  CHECK(ping->status() == StatusCode::kOk);
+  CHECK(ping->text() == "still here");
+  // Nothing was stored, and nothing is held for the refused bodies.
+  RawConn alpha = Connect(**d, "alpha-token");
+  CHECK(KeyOp(alpha, Opcode::kGet, e.key) == StatusCode::kNotFound);
+  const std::string metrics = HttpGet((*d)->metrics_port(), "/metrics");
+  CHECK(metrics.find("\nhypic_pending_request_bytes 0\n") != std::string::npos);
   CHECK((*d)->Stop(SIGTERM) == 0);
 }
 
