@@ -119,9 +119,12 @@ std::string BinPath(const std::string& name) { return BinDir() + "/" + name; }
 
 Result<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options) {
   std::unique_ptr<Daemon> d(new Daemon());
-  d->data_dir_ = MakeTempDir();
+  d->own_dir_ = options.data_dir.empty();
+  d->data_dir_ = d->own_dir_ ? MakeTempDir() : options.data_dir;
   if (d->data_dir_.empty()) return IoError("mkdtemp failed");
   std::string ready = d->data_dir_ + "/ready";
+  std::error_code stale;
+  fs::remove(ready, stale);  // a restart's dir has the ready file of the run before
   std::vector<std::string> args = {
       "--data-dir",     d->data_dir_, "--listen",       "127.0.0.1:0",
       "--ready-file",   ready,        "--metrics",      options.metrics ? "127.0.0.1:0" : "off",
@@ -170,7 +173,7 @@ Daemon::~Daemon() {
     int code = 0;
     WaitPid(pid_, 5s, &code);
   }
-  if (!data_dir_.empty()) {
+  if (own_dir_ && !data_dir_.empty()) {
     std::error_code ec;
     fs::remove_all(data_dir_, ec);
   }

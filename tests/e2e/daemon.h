@@ -37,12 +37,15 @@ struct DaemonOptions {
   bool metrics = true;                     // serve /metrics on an ephemeral port
   // Written to a file in the data dir and passed as --config (tenants are TOML-only).
   std::string config_toml;
+  // Start on this existing data dir (a restart) instead of a fresh temporary one; the Daemon
+  // then leaves it in place, and the caller removes it.
+  std::string data_dir;
 };
 
 class Daemon {
  public:
   static Result<std::unique_ptr<Daemon>> Start(const DaemonOptions& options = {});
-  ~Daemon();  // SIGKILL if still running; removes the data dir
+  ~Daemon();  // SIGKILL if still running; removes the data dir it made
 
   uint16_t port() const { return port_; }
   uint16_t metrics_port() const { return metrics_port_; }
@@ -70,6 +73,7 @@ class Daemon {
   uint16_t metrics_port_ = 0;
   std::string unix_path_;
   std::string data_dir_;
+  bool own_dir_ = true;  // made by Start: removed with the Daemon
 };
 
 // Runs hypicd with `args` to completion (for startup-error tests); returns exit code and stderr.
