@@ -1,6 +1,8 @@
 // hypic-stress: stress and crash-verify the tiered store (docs/operations-storage.md).
 //   hypic-stress run --dir D [--threads 4 --ops 2000 | --seconds S] [--ack-log F] ...
 //   hypic-stress verify --dir D --ack-log F ...
+//   hypic-stress daemon-load --address unix:S --ack-log F --flush-log G [--seconds S] ...
+//   hypic-stress daemon-verify --address unix:S --ack-log F --flush-log G ...
 // Exit codes (tools/common/subcommand.h): 0 clean, 1 a wrong read, a pinned miss or a capacity
 // overrun, 2 bad flags, 3 the store could not be opened.
 #include <fmt/format.h>
@@ -9,6 +11,7 @@
 
 #include "core/logging.h"
 #include "tools/common/subcommand.h"
+#include "tools/hypic-stress/daemon_load.h"
 #include "tools/hypic-stress/stress.h"
 
 namespace hypic::stress {
@@ -98,6 +101,62 @@ const bool kVerify = tools::RegisterSubcommand(
         }
         fmt::print("{}\n", r->ToString());
         return r->bad == 0 && r->unknown == 0 ? tools::kExitOk : tools::kExitFailure;
+      };
+    });
+
+// The flags of daemon-load and daemon-verify (daemon_load.h).
+struct DaemonFlags {
+  DaemonLoadConfig config;
+  double min_mib = 1, max_mib = 16;
+};
+
+void AddDaemonFlags(CLI::App& sub, DaemonFlags& f) {
+  sub.add_option("--address", f.config.address, "hypicd's unix socket, unix:/path")->required();
+  sub.add_option("--keys", f.config.entries.keys, "PUT key space (seeds 0..keys-1)");
+  sub.add_option("--min-mib", f.min_mib, "Smallest PUT entry in MiB");
+  sub.add_option("--max-mib", f.max_mib, "Largest PUT entry in MiB");
+  sub.add_option("--ack-log", f.config.ack_log, "Log of acknowledged PUTs")->required();
+  sub.add_option("--flush-log", f.config.flush_log, "Log of acknowledged FLUSHes")->required();
+}
+
+void FinishDaemonFlags(DaemonFlags& f) {
+  f.config.entries.min_entry_bytes = static_cast<uint64_t>(f.min_mib * 1024 * 1024);
+  f.config.entries.max_entry_bytes = static_cast<uint64_t>(f.max_mib * 1024 * 1024);
+}
+
+const bool kDaemonLoad = tools::RegisterSubcommand(
+    "daemon-load", "Mixed PUT/GET/PREFILL/COMPOSE/FLUSH against a running hypicd, checked",
+    [](CLI::App& sub) {
+      auto f = std::make_shared<DaemonFlags>();
+      AddDaemonFlags(sub, *f);
+      sub.add_option("--threads", f->config.threads, "Worker threads (one connection each)");
+      sub.add_option("--seconds", f->config.seconds, "Run time limit");
+      sub.add_option("--seed", f->config.seed, "Random seed");
+      return [f] {
+        FinishDaemonFlags(*f);
+        auto r = DaemonLoad(f->config);
+        if (!r.ok()) {
+          fmt::print(stderr, "hypic-stress daemon-load: {}\n", r.status().ToString());
+          return tools::kExitUnavailable;
+        }
+        fmt::print("{}\n", r->ToString());
+        return r->bad == 0 ? tools::kExitOk : tools::kExitFailure;
+      };
+    });
+
+const bool kDaemonVerify = tools::RegisterSubcommand(
+    "daemon-verify", "Check a restarted hypicd against daemon-load's logs", [](CLI::App& sub) {
+      auto f = std::make_shared<DaemonFlags>();
+      AddDaemonFlags(sub, *f);
+      return [f] {
+        FinishDaemonFlags(*f);
+        auto r = VerifyDaemon(f->config);
+        if (!r.ok()) {
+          fmt::print(stderr, "hypic-stress daemon-verify: {}\n", r.status().ToString());
+          return tools::kExitUnavailable;
+        }
+        fmt::print("{}\n", r->ToString());
+        return r->bad == 0 && r->lost_flushed == 0 ? tools::kExitOk : tools::kExitFailure;
       };
     });
 

@@ -28,8 +28,14 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// The one spec each seed stands for: keys are content addresses, so size and namespace are
-// functions of the seed too.
+uint64_t ChecksumFailures(const storage::TierManager& m) {
+  uint64_t n = 0;
+  for (const auto& s : m.Stats()) n += s.counters.checksum_failures;
+  return n;
+}
+
+}  // namespace
+
 storage::SyntheticSpec SpecOf(const StoreConfig& c, uint64_t seed) {
   storage::SyntheticSpec s;
   s.seed = seed;
@@ -45,61 +51,42 @@ Result<std::shared_ptr<const HostBuffer>> BytesOf(const StoreConfig& c, uint64_t
   return storage::Serialize(*entry);
 }
 
-// Expected state: the xxh3-64 of the bytes each seed's key must hold, computed once per seed.
-// Thread-safe.
-class Expected {
- public:
-  explicit Expected(const StoreConfig& c) : config_(c) {
-    for (uint64_t s = 0; s < c.keys; ++s) {
-      SegmentKey k = storage::SyntheticKey(SpecOf(c, s));
-      keys_.push_back(k);
-      seed_of_[k] = s;
-    }
+Expected::Expected(const StoreConfig& c) : config_(c) {
+  for (uint64_t s = 0; s < c.keys; ++s) {
+    SegmentKey k = storage::SyntheticKey(SpecOf(c, s));
+    keys_.push_back(k);
+    seed_of_[k] = s;
   }
-  const SegmentKey& Key(uint64_t seed) const { return keys_[seed]; }
-  std::optional<uint64_t> SeedOf(const SegmentKey& k) const {
-    auto it = seed_of_.find(k);
-    if (it == seed_of_.end()) return std::nullopt;
-    return it->second;
-  }
-  void Remember(uint64_t seed, const HostBuffer& bytes) {
-    uint64_t h = Xxh3_64(bytes.span());
-    MutexLock lock(&mu_);
-    hash_[seed] = h;
-  }
-  // True when `bytes` is exactly what `seed`'s key must hold (and passes the entry checksum).
-  bool Matches(uint64_t seed, std::span<const std::byte> bytes) {
-    if (!storage::Verify(bytes).ok()) return false;
-    std::optional<uint64_t> want;
-    {
-      MutexLock lock(&mu_);
-      auto it = hash_.find(seed);
-      if (it != hash_.end()) want = it->second;
-    }
-    if (!want) {
-      auto b = BytesOf(config_, seed);
-      if (!b.ok()) return false;
-      Remember(seed, **b);
-      want = Xxh3_64((*b)->span());
-    }
-    return Xxh3_64(bytes) == *want;
-  }
-
- private:
-  const StoreConfig config_;
-  std::vector<SegmentKey> keys_;
-  std::unordered_map<SegmentKey, uint64_t, SegmentKeyHasher> seed_of_;
-  Mutex mu_;
-  std::unordered_map<uint64_t, uint64_t> hash_ GUARDED_BY(mu_);
-};
-
-uint64_t ChecksumFailures(const storage::TierManager& m) {
-  uint64_t n = 0;
-  for (const auto& s : m.Stats()) n += s.counters.checksum_failures;
-  return n;
 }
 
-}  // namespace
+std::optional<uint64_t> Expected::SeedOf(const SegmentKey& k) const {
+  auto it = seed_of_.find(k);
+  if (it == seed_of_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Expected::Remember(uint64_t seed, const HostBuffer& bytes) {
+  uint64_t h = Xxh3_64(bytes.span());
+  MutexLock lock(&mu_);
+  hash_[seed] = h;
+}
+
+bool Expected::Matches(uint64_t seed, std::span<const std::byte> bytes) {
+  if (!storage::Verify(bytes).ok()) return false;
+  std::optional<uint64_t> want;
+  {
+    MutexLock lock(&mu_);
+    auto it = hash_.find(seed);
+    if (it != hash_.end()) want = it->second;
+  }
+  if (!want) {
+    auto b = BytesOf(config_, seed);
+    if (!b.ok()) return false;
+    Remember(seed, **b);
+    want = Xxh3_64((*b)->span());
+  }
+  return Xxh3_64(bytes) == *want;
+}
 
 std::string RunReport::ToString() const {
   return fmt::format(

@@ -7,10 +7,19 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
+#include "core/host_buffer.h"
+#include "core/segment_key.h"
 #include "core/status.h"
+#include "core/thread_annotations.h"
 #include "storage/rocks_tier.h"
+#include "storage/synthetic_entry.h"
 #include "storage/tier_manager.h"
 
 namespace hypic::stress {
@@ -55,6 +64,30 @@ struct VerifyReport {
   uint64_t checksum_failures = 0;  // corrupt copies caught (and dropped) by the store
   double open_ms = 0;
   std::string ToString() const;
+};
+
+// The one spec each seed stands for: keys are content addresses, so size and namespace are
+// functions of the seed too. BytesOf is its serialized entry.
+storage::SyntheticSpec SpecOf(const StoreConfig& c, uint64_t seed);
+Result<std::shared_ptr<const HostBuffer>> BytesOf(const StoreConfig& c, uint64_t seed);
+
+// Expected state: the xxh3-64 of the bytes each seed's key must hold, computed once per seed.
+// Thread-safe.
+class Expected {
+ public:
+  explicit Expected(const StoreConfig& c);
+  const SegmentKey& Key(uint64_t seed) const { return keys_[seed]; }
+  std::optional<uint64_t> SeedOf(const SegmentKey& k) const;
+  void Remember(uint64_t seed, const HostBuffer& bytes);
+  // True when `bytes` is exactly what `seed`'s key must hold (and passes the entry checksum).
+  bool Matches(uint64_t seed, std::span<const std::byte> bytes);
+
+ private:
+  const StoreConfig config_;
+  std::vector<SegmentKey> keys_;
+  std::unordered_map<SegmentKey, uint64_t, SegmentKeyHasher> seed_of_;
+  Mutex mu_;
+  std::unordered_map<uint64_t, uint64_t> hash_ GUARDED_BY(mu_);
 };
 
 // Opens host RAM over RocksDB as the config says (reopening an existing DB rebuilds the index).
