@@ -207,7 +207,8 @@ std::vector<ConfigKey> BuildKeys() {
       "hbm_capacity", "GPU HBM tier bytes; auto = 80% of free device memory (0 without CUDA)",
       &ServerConfig::hbm_capacity));
   keys.push_back(StringKey("remote_store",
-                           "shared entry tier below SSD: redis://[[user]:password@]host[:port]; "
+                           "shared entry tier below SSD: redis://[[user]:password@]host[:port] "
+                           "or redis-cluster://[[user]:password@]host:port,host:port,...; "
                            "empty = none",
                            &ServerConfig::remote_store, /*secret=*/true));
   keys.push_back(StringKey("remote_prefix",

@@ -91,8 +91,9 @@ struct ServerConfig {
   std::optional<uint64_t> ram_capacity;  // bytes; nullopt = "auto" until resolved
   std::optional<uint64_t> ssd_capacity;
   std::optional<uint64_t> hbm_capacity;
-  // The shared remote tier (storage/redis_tier.h): "redis://[[user]:password@]host[:port]", or
-  // empty for none. Entries of at least remote_min_tokens tokens are written to it.
+  // The shared remote tier (storage/redis_tier.h): "redis://[[user]:password@]host[:port]",
+  // "redis-cluster://[[user]:password@]host:port,host:port,..." (the seed nodes of a Redis
+  // Cluster), or empty for none. Entries of at least remote_min_tokens tokens are written to it.
   std::string remote_store;
   std::string remote_prefix = "hypic";  // the deployment's part of every Redis key
   uint32_t remote_min_tokens = 256;

@@ -441,6 +441,9 @@ Reply Handlers::Stats(const Request& req) const {
     if (t.kind == storage::TierKind::kRemote) {
       tiers.back()["bytes_read"] = c.bytes_read;
       tiers.back()["bytes_written"] = c.bytes_written;
+      tiers.back()["nodes"] = c.nodes;
+      tiers.back()["nodes_degraded"] = c.nodes_degraded;
+      tiers.back()["redirects"] = c.redirects;
     }
   }
   j["tiers"] = std::move(tiers);

@@ -74,6 +74,11 @@ class Metrics::TierCollector : public prometheus::Collectable {
          &TierSample::bytes_read},
         {"hypic_tier_written_bytes_total", "Bytes of entries written to the remote tier", true,
          &TierSample::bytes_written},
+        {"hypic_tier_nodes", "Remote tier: Redis nodes serving slots", false, &TierSample::nodes},
+        {"hypic_tier_nodes_degraded", "Remote tier: Redis nodes retried after errors", false,
+         &TierSample::nodes_degraded},
+        {"hypic_tier_redirects_total", "Remote tier: Redis Cluster MOVED/ASK redirections followed",
+         true, &TierSample::redirects},
     };
     std::vector<prometheus::MetricFamily> families;
     for (const Spec& spec : kSpecs) {

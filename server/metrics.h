@@ -16,7 +16,8 @@
 //   hypic_tier_{hits,misses,evictions}_total{tier},
 //   hypic_tier_{bytes,capacity_bytes,entries}{tier}, hypic_tier_checksum_failures_total{tier},
 //   hypic_tier_io_errors_total{tier}, hypic_tier_degraded{tier} (0 or 1) and, for the remote
-//   tier, hypic_tier_{read,written}_bytes_total{tier}: read from the store at scrape time
+//   tier, hypic_tier_{read,written}_bytes_total{tier}, hypic_tier_redirects_total{tier} and
+//   hypic_tier_nodes{tier}, hypic_tier_nodes_degraded{tier}: read from the store at scrape time
 //
 // The hot-path methods are lock-free after the first use of a label set (each series is
 // created once and cached). Thread-safe. The HTTP endpoint (metrics_http.h) is owned here and
@@ -69,6 +70,9 @@ struct TierSample {
   uint64_t degraded = 0;  // 1 while the tier is degraded
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
+  uint64_t nodes = 0;           // remote: nodes serving slots
+  uint64_t nodes_degraded = 0;  // remote: of those, the ones with an open breaker
+  uint64_t redirects = 0;       // remote: cluster MOVED/ASK redirections followed
 };
 using TierSampler = std::function<std::vector<TierSample>()>;
 

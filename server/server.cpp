@@ -229,6 +229,9 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
       ts.degraded = t.counters.degraded ? 1 : 0;
       ts.bytes_read = t.counters.bytes_read;
       ts.bytes_written = t.counters.bytes_written;
+      ts.nodes = t.counters.nodes;
+      ts.nodes_degraded = t.counters.nodes_degraded;
+      ts.redirects = t.counters.redirects;
       samples.push_back(std::move(ts));
     }
     return samples;

@@ -1,7 +1,9 @@
-// RedisTier: the remote tier on one Redis server, through hiredis (synchronous API, a small
-// pool of connections). Entries are stored in bounded chunks under one manifest key
-// (storage/redis_manifest.h); writes put every chunk first, pipelined, and the manifest last,
-// so a reader sees either a complete entry or none.
+// RedisTier: the remote tier on Redis, one server or a Redis Cluster, through RedisClient
+// (storage/redis_client.h: connection pools, the slot routing, the circuit breakers). Entries
+// are stored in bounded chunks under one manifest key (storage/redis_manifest.h); writes put
+// every chunk first, pipelined, and the manifest last, so a reader sees either a complete entry
+// or none. All the keys of one entry carry the entry's hash tag, so in a cluster an entry lives
+// on one node: one pipeline per read or write, and a node lost takes whole entries with it.
 //
 // Reads (Get): the manifest, then the chunks pipelined into one aligned buffer, each checked
 // against the manifest's checksum, then Verify and the key of the entry header. A manifest
@@ -10,15 +12,16 @@
 // `checksum_failures`, and its manifest is deleted so that the next writer replaces it.
 //
 // Writes (Write) are queued and run on the tier's own writer thread, never on a request: the
-// queue is bounded (max_queued_bytes) and a write that does not fit, or comes while the tier is
-// degraded, is dropped. The writer skips an entry whose manifest exists already (another
-// daemon wrote it).
+// queue is bounded (max_queued_bytes) and a write that does not fit is dropped, as is one whose
+// node is degraded when the writer comes to it. The writer skips an entry whose manifest exists
+// already (another daemon wrote it).
 //
 // Faults: connects and commands run under timeouts. A connection error or timeout marks the
-// tier degraded and opens a circuit breaker: for the backoff (doubling from backoff_min to
-// backoff_max) every Get is an immediate kIoError and writes are dropped; after it one call
-// tries Redis again, and a success closes the breaker. An error reply (OOM under a noeviction
-// maxmemory, say) fails that one command and is counted in io_errors without degrading.
+// node degraded and opens its circuit breaker (RedisClient): for the backoff every Get of an
+// entry on it is an immediate kIoError and its writes are dropped; after it one call tries
+// again, and a success closes the breaker. The tier is degraded while any node is. An error
+// reply (OOM under a noeviction maxmemory, say) fails that one command and is counted in
+// io_errors without degrading.
 //
 // Thread-safe: any number of concurrent Gets, each on its own pooled connection. The
 // destructor finishes the queued writes (or drops them while degraded) and closes the pool.
@@ -37,39 +40,30 @@
 #include <vector>
 
 #include "core/thread_annotations.h"
+#include "storage/redis_client.h"
 #include "storage/remote_tier.h"
-
-struct redisContext;
 
 namespace hypic::storage {
 
-struct RedisAddress {
-  std::string host;
-  uint16_t port = 6379;
-  std::string user;      // empty: AUTH with the password alone
-  std::string password;  // empty: no AUTH
-};
-
-// Parses "redis://[[user]:password@]host[:port]" (port 6379 by default). kBadRequest naming
-// what is wrong otherwise.
-Result<RedisAddress> ParseRedisUrl(std::string_view url);
-
 struct RedisTierOptions {
-  RedisAddress address;
+  RedisStoreAddress address;
   std::string prefix = "hypic";  // the deployment's part of every key
   uint64_t chunk_bytes = uint64_t{2} << 20;
   std::chrono::milliseconds connect_timeout{250};
-  std::chrono::milliseconds command_timeout{1000};  // one command or one pipelined reply
+  // One reply; in a cluster also the budget within which a command's redirections and its retry
+  // after a node failure are followed.
+  std::chrono::milliseconds command_timeout{1000};
   std::chrono::milliseconds backoff_min{250};
   std::chrono::milliseconds backoff_max{10000};
-  size_t max_idle_connections = 4;
+  size_t max_idle_connections = 4;  // per node
   uint64_t max_queued_bytes = uint64_t{256} << 20;
 };
 
 class RedisTier : public RemoteTier {
  public:
-  // Checks the options and starts the writer; Redis need not be up (the tier starts degraded
-  // and recovers when it comes). kBadRequest for a chunk size outside the manifest's bounds.
+  // Checks the options and starts the writer; Redis need not be up (the tier degrades at the
+  // first call and recovers when it comes). kBadRequest for a chunk size outside the manifest's
+  // bounds or an address without a node.
   static Result<std::unique_ptr<RedisTier>> Create(const RedisTierOptions& options);
   ~RedisTier() override;
   RedisTier(const RedisTier&) = delete;
@@ -81,31 +75,18 @@ class RedisTier : public RemoteTier {
   TierCounters Counters() const override;
 
  private:
-  struct ContextDeleter {
-    void operator()(redisContext* c) const;
-  };
-  using Context = std::unique_ptr<redisContext, ContextDeleter>;
-
   explicit RedisTier(const RedisTierOptions& options);
 
-  // A pooled or new connection; kIoError while the breaker is open or when Redis is not there.
-  Result<Context> Acquire() EXCLUDES(mu_);
-  // Returns a healthy connection to the pool (a broken one is closed) and closes the breaker.
-  void Release(Context c) EXCLUDES(mu_);
-  // A connection error or timeout: counts it, opens the breaker, closes the pool.
-  Status Fail(const Status& why) EXCLUDES(mu_);
   // A miss that found bad or incomplete data: drops the manifest so it can be rewritten.
-  void DropManifest(redisContext* c, const std::string& manifest_key);
+  void DropManifest(const std::string& manifest_key);
   Status WriteEntry(const TierEntry& entry);
   void WriterLoop() EXCLUDES(mu_);
 
   const RedisTierOptions options_;
 
+  RedisClient client_;
+
   mutable Mutex mu_;
-  std::vector<Context> idle_ GUARDED_BY(mu_);
-  bool degraded_ GUARDED_BY(mu_) = false;
-  std::chrono::milliseconds backoff_ GUARDED_BY(mu_){0};
-  std::chrono::steady_clock::time_point retry_at_ GUARDED_BY(mu_);
   std::deque<EntryHandle> queue_ GUARDED_BY(mu_);
   uint64_t queued_bytes_ GUARDED_BY(mu_) = 0;
   bool writer_busy_ GUARDED_BY(mu_) = false;
@@ -116,7 +97,7 @@ class RedisTier : public RemoteTier {
   std::thread writer_;
 
   std::atomic<uint64_t> hits_{0}, misses_{0}, inserts_{0}, incomplete_{0};
-  std::atomic<uint64_t> checksum_failures_{0}, io_errors_{0};
+  std::atomic<uint64_t> checksum_failures_{0}, reply_errors_{0};
   std::atomic<uint64_t> bytes_read_{0}, bytes_written_{0};
 };
 

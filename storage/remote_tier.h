@@ -35,8 +35,8 @@ class RemoteTier {
   virtual void WaitForWrites() = 0;
 
   // hits, misses, inserts (entries written), bytes_read, bytes_written, evictions (entries whose
-  // chunks were gone), checksum_failures, io_errors, degraded. entries, bytes and capacity stay 0:
-  // what the store holds is the fleet's, not this daemon's.
+  // chunks were gone), checksum_failures, io_errors, degraded, nodes, nodes_degraded, redirects.
+  // entries, bytes and capacity stay 0: what the store holds is the fleet's, not this daemon's.
   virtual TierCounters Counters() const = 0;
 };
 

@@ -79,6 +79,11 @@ struct TierCounters {
   // The remote tier's network traffic (hits read, entries written); 0 for the local tiers.
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
+  // The remote tier's nodes: those serving slots (1 for one Redis server), those of them whose
+  // circuit breaker is open, and the cluster redirections (MOVED, ASK) followed.
+  uint64_t nodes = 0;
+  uint64_t nodes_degraded = 0;
+  uint64_t redirects = 0;
 };
 
 class Tier {

@@ -1,7 +1,8 @@
 // End to end: two hypicd sharing one Redis (the remote tier, storage/redis_tier.h), each with
 // its own data dir, as two pods' sidecars would. An entry computed by A is a remote hit on B,
 // promoted into B's RAM tier, with bitwise the same COMPOSE result; with Redis gone, B still
-// answers (its misses computed) and reports the tier degraded. Skips without redis-server.
+// answers (its misses computed) and reports the tier degraded. The same over a 3-master Redis
+// Cluster with a password (redis-cluster://). Skips without redis-server (and redis-cli).
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -19,6 +20,7 @@ namespace {
 using protocol::ComposeMode;
 using protocol::Opcode;
 using protocol::PartOutcome;
+using testing::RedisCluster;
 using testing::RedisServer;
 using testing::SeededRng;
 
@@ -133,6 +135,51 @@ TEST_CASE("two daemons sharing a Redis: A's entries are remote hits on B, bitwis
   CHECK(rb["io_errors"].get<uint64_t>() >= 1);
   // And the entries it had promoted are local hits still.
   CheckOutcomes(Compose(*cb, prompt), PartOutcome::kHit);
+}
+
+TEST_CASE("two daemons sharing a Redis Cluster: remote hits, bitwise the same") {
+  if (!RedisCluster::Available()) {
+    MESSAGE("skipped: redis-server or redis-cli is not installed (scripts/install-deps.sh)");
+    return;
+  }
+  RedisCluster cluster("e2e-secret");
+  REQUIRE(cluster.Start());
+  DaemonOptions options;
+  options.args = {"--remote-store",      cluster.Url(2), "--remote-min-tokens", "0",
+                  "--remote-timeout-ms", "2000"};
+  auto a = Daemon::Start(options);
+  REQUIRE_OK(a);
+  auto b = Daemon::Start(options);
+  REQUIRE_OK(b);
+  auto ca = RawConn::UnixHello((*a)->unix_path());
+  REQUIRE_OK(ca);
+  auto cb = RawConn::UnixHello((*b)->unix_path());
+  REQUIRE_OK(cb);
+  SeededRng rng(1818);
+  using protocol::PartKind;
+  std::vector<protocol::ComposePart> prompt;
+  for (int i = 0; i < 6; ++i)
+    prompt.push_back(Part(PartKind::kSegmentTokens, rng.Tokens(24, kVocab)));
+  prompt.push_back(Part(PartKind::kRaw, rng.Tokens(6, kVocab)));
+  const auto cold = Compose(*ca, prompt);
+  CheckOutcomes(cold, PartOutcome::kMiss);
+  auto manifests = [&] {
+    size_t n = 0;
+    for (int i = 0; i < RedisCluster::kNodes; ++i) n += cluster.node(i).Keys("hypic:*:m").size();
+    return n;
+  };
+  for (int i = 0; i < 400 && manifests() < 6; ++i) std::this_thread::sleep_for(25ms);
+  REQUIRE(manifests() == 6);
+  const auto remote = Compose(*cb, prompt);
+  CheckOutcomes(remote, PartOutcome::kHit);
+  CHECK(remote.logits == cold.logits);
+  CHECK(remote.top == cold.top);
+  auto rb = RemoteStats(*cb);
+  CHECK(rb["hits"] == 6);
+  CHECK(rb["nodes"] == 3);
+  CHECK(rb["nodes_degraded"] == 0);
+  CHECK(rb["degraded"] == false);
+  CHECK(rb["checksum_failures"] == 0);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The remote tier's pure parts: the manifest format, the key layout and the URL parser.
+// The remote tier's pure parts: the manifest format and the key layout.
 #include "storage/redis_manifest.h"
 
 #include <doctest/doctest.h>
@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "core/hash.h"
-#include "storage/redis_tier.h"
 #include "tests/support/check_ok.h"
 
 namespace hypic::storage {
@@ -100,30 +99,6 @@ TEST_CASE("redis keys: prefix, hash tag around the key, write id per write") {
         "prod:{fedcba98765432100123456789abcdef}:0000000000000abc:12");
   CHECK(RedisChunkKey("prod", Key(), 1, 0) != RedisChunkKey("prod", Key(), 2, 0));
   CHECK(RedisManifestKey("a", Key()) != RedisManifestKey("b", Key()));
-}
-
-TEST_CASE("redis url: host, port, password, user, IPv6; errors name the problem") {
-  auto a = ParseRedisUrl("redis://cache.internal:6380");
-  REQUIRE_OK(a);
-  CHECK(a->host == "cache.internal");
-  CHECK(a->port == 6380);
-  CHECK(a->password.empty());
-  a = ParseRedisUrl("redis://:s3cr@t@10.0.0.5");
-  REQUIRE_OK(a);
-  CHECK(a->host == "10.0.0.5");
-  CHECK(a->port == 6379);
-  CHECK(a->user.empty());
-  CHECK(a->password == "s3cr@t");
-  a = ParseRedisUrl("redis://hypic:pw@[::1]:7000/");
-  REQUIRE_OK(a);
-  CHECK(a->host == "::1");
-  CHECK(a->port == 7000);
-  CHECK(a->user == "hypic");
-  CHECK(a->password == "pw");
-  for (const char* bad : {"http://h:1", "redis://", "redis://h:0", "redis://h:70000", "redis://h:x",
-                          "redis://pw@h:1", "redis://[::1", "redis://h:1/db"}) {
-    CHECK_MESSAGE(ParseRedisUrl(bad).status().code() == StatusCode::kBadRequest, bad);
-  }
 }
 
 }  // namespace

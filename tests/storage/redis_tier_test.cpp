@@ -1,5 +1,5 @@
 // The remote tier against a real redis-server that each test starts on a free loopback port
-// (tests/storage/redis_server.h): round trip, corrupted, missing and evicted chunks, Redis
+// (tests/storage/redis_server.h): round trip, AUTH, corrupted, missing and evicted chunks, Redis
 // killed, hung and restarted, and two TierManagers sharing one Redis. Skips when redis-server
 // is not installed (scripts/install-deps.sh installs it).
 #include "storage/redis_tier.h"
@@ -82,6 +82,9 @@ TEST_CASE("redis tier: round trip of a chunked entry; a second write is skipped"
   CHECK(c.bytes_written == bytes->size());
   CHECK_FALSE(c.degraded);
   CHECK(c.io_errors == 0);
+  CHECK(c.nodes == 1);
+  CHECK(c.nodes_degraded == 0);
+  CHECK(c.redirects == 0);
 }
 
 TEST_CASE("redis tier: a corrupted chunk or manifest is a miss plus a counter, then rewritable") {
@@ -144,6 +147,29 @@ TEST_CASE("redis tier: a missing manifest or chunk is a miss, never a wrong read
   CHECK(c.hits == 1);
 }
 
+TEST_CASE("redis tier: AUTH with the URL's password; a wrong one is an I/O error, degraded") {
+  SKIP_WITHOUT_REDIS();
+  RedisServer server({}, "pw-1");
+  REQUIRE(server.Start());
+  const std::string port = std::to_string(server.port());
+  RedisTierOptions o = Options(server);
+  o.address = *ParseRedisUrl("redis://:pw-1@127.0.0.1:" + port);
+  auto t = Tier(o);
+  const auto bytes = EntryBytes(10, 50 << 10);
+  WriteNow(*t, bytes);
+  auto got = t->Get(KeyOf(10, 50 << 10));
+  REQUIRE_OK(got);
+  CHECK(Same(*got, *bytes));
+  o.address = *ParseRedisUrl("redis://default:wrong@127.0.0.1:" + port);
+  auto wrong = Tier(o);
+  CHECK(wrong->Get(KeyOf(10, 50 << 10)).status().code() == StatusCode::kIoError);
+  CHECK(wrong->Counters().degraded);
+  o.address = *ParseRedisUrl("redis://127.0.0.1:" + port);  // none at all
+  auto none = Tier(o);
+  CHECK(none->Get(KeyOf(10, 50 << 10)).status().code() == StatusCode::kIoError);
+  CHECK(none->Counters().hits == 0);
+}
+
 TEST_CASE("redis tier: Redis killed, then restarted: degraded at once, recovered after") {
   SKIP_WITHOUT_REDIS();
   RedisServer server;
@@ -157,6 +183,7 @@ TEST_CASE("redis tier: Redis killed, then restarted: degraded at once, recovered
   auto t0 = std::chrono::steady_clock::now();
   CHECK(t->Get(key).status().code() == StatusCode::kIoError);
   CHECK(t->Counters().degraded);
+  CHECK(t->Counters().nodes_degraded == 1);
   // While the breaker is open, a Get costs no network time at all.
   for (int i = 0; i < 100; ++i) CHECK(t->Get(key).status().code() == StatusCode::kIoError);
   CHECK(std::chrono::steady_clock::now() - t0 < 1s);
