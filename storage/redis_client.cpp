@@ -269,24 +269,28 @@ void RedisClient::MaybeRefresh() {
     }
   }
   bool done = false;
+  Status last = IoError("redis cluster: no node to ask for the slot map");
   for (size_t i : candidates) {
     Result<Context> c = Acquire(i);
-    if (!c.ok()) continue;
+    if (!c.ok()) {
+      last = c.status();
+      continue;
+    }
     Reply r = Command(c->get(), {"CLUSTER", "SLOTS"});
     if (r == nullptr) {
-      (void)FailNode(i, ConnectionError(c->get(), "CLUSTER SLOTS"));
+      last = FailNode(i, ConnectionError(c->get(), "CLUSTER SLOTS"));
       continue;
     }
     Result<std::vector<RedisSlotRange>> ranges =
         r->type == REDIS_REPLY_ERROR
             ? Result<std::vector<RedisSlotRange>>(IoError(std::string(ReplyText(*r))))
             : ParseClusterSlots(*r);
-    Release(i, std::move(c).value());
     if (!ranges.ok()) {
-      HYPIC_LOG_WARN("remote tier: no slot map from a redis cluster node: {}",
-                     ranges.status().message());
+      last = ranges.status().WithContext("CLUSTER SLOTS from " + NodeName(i));
+      Release(i, std::move(c).value());
       continue;
     }
+    Release(i, std::move(c).value());
     MutexLock lock(&mu_);
     std::vector<int32_t> map(kRedisClusterSlots, -1);
     const std::string asked_host = nodes_[i]->endpoint.host;
@@ -313,7 +317,12 @@ void RedisClient::MaybeRefresh() {
   }
   MutexLock lock(&mu_);
   refreshing_ = false;
-  if (!done) refresh_failed_ = true;
+  if (done) return;
+  if (!refresh_failed_) {  // once per outage, not once per attempt
+    HYPIC_LOG_WARN("remote tier: no redis cluster slot map ({}); retried every {} ms",
+                   last.message(), options_.backoff_min.count());
+  }
+  refresh_failed_ = true;
 }
 
 Result<size_t> RedisClient::Route(uint16_t slot) {

@@ -170,6 +170,24 @@ TEST_CASE("redis tier: AUTH with the URL's password; a wrong one is an I/O error
   CHECK(none->Counters().hits == 0);
 }
 
+TEST_CASE("redis tier: redis-cluster:// at a server without cluster mode is degraded, no hit") {
+  SKIP_WITHOUT_REDIS();
+  RedisServer server;
+  REQUIRE(server.Start());
+  RedisTierOptions o = Options(server);
+  auto single = Tier(o);
+  const auto bytes = EntryBytes(11, 50 << 10);
+  WriteNow(*single, bytes);
+  REQUIRE_OK(single->Get(KeyOf(11, 50 << 10)));
+  o.address = *ParseRedisUrl("redis-cluster://127.0.0.1:" + std::to_string(server.port()));
+  auto t = Tier(o);
+  CHECK(t->Get(KeyOf(11, 50 << 10)).status().code() == StatusCode::kIoError);  // no slot map
+  TierCounters c = t->Counters();
+  CHECK(c.degraded);
+  CHECK(c.hits == 0);
+  CHECK(c.nodes == 0);
+}
+
 TEST_CASE("redis tier: Redis killed, then restarted: degraded at once, recovered after") {
   SKIP_WITHOUT_REDIS();
   RedisServer server;
