@@ -7,6 +7,9 @@
 //   ssd:     RocksTier Insert (WriteBatch, WAL async) / Lookup (read + Verify + key check)
 //   manager: TierManager Put (Verify + placement) / Get, with host RAM sized for half the
 //            entries over the SSD tier, so reads mix RAM hits with SSD hits and promotions
+//   remote:  RedisTier (--remote-store) Write + WaitForWrites (the tier's one writer thread,
+//            whatever --threads) / Get (manifest, chunks, every check); each case writes under
+//            its own key prefix, so run it against a scratch Redis
 // and reports the checksum's share of an SSD read (1 thread): the time of Verify on the bytes a
 // Lookup returned over the Lookup's time (which includes its own Verify).
 #include <fmt/format.h>
@@ -26,6 +29,7 @@
 #include "storage/entry_format.h"
 #include "storage/hbm_tier.h"
 #include "storage/host_tier.h"
+#include "storage/redis_tier.h"
 #include "storage/rocks_tier.h"
 #include "storage/synthetic_entry.h"
 #include "storage/tier_manager.h"
@@ -42,7 +46,8 @@ struct Opts {
   std::vector<double> sizes_mib{1, 4, 16};
   std::vector<int> threads{1, 8};
   std::vector<std::string> tiers{"host", "hbm", "ssd", "manager"};
-  double total_mib = 256;  // bytes written per case
+  double total_mib = 256;    // bytes written per case
+  std::string remote_store;  // the remote tier's URL (tier "remote")
 };
 
 struct Sample {
@@ -140,6 +145,27 @@ Status RunCase(const Opts& o, const std::string& tier, double mib, int threads,
     Row(tier, mib, threads, "get", get);
     return Status::Ok();
   }
+  if (tier == "remote") {
+    if (o.remote_store.empty()) return Unsupported("no --remote-store");
+    storage::RedisTierOptions ro;
+    HYPIC_ASSIGN_OR_RETURN(ro.address, storage::ParseRedisUrl(o.remote_store));
+    ro.prefix = fmt::format("hypic-bench-{}-{}", sub, std::random_device{}());
+    ro.max_idle_connections = static_cast<size_t>(threads);
+    ro.max_queued_bytes = 2 * total;
+    HYPIC_ASSIGN_OR_RETURN(auto r, storage::RedisTier::Create(ro));
+    HYPIC_ASSIGN_OR_RETURN(Sample put, Timed(n, threads, [&](size_t i) {
+                             r->Write(handles[i]);
+                             r->WaitForWrites();
+                             return Status::Ok();
+                           }));
+    if (r->Counters().inserts != n) return IoError("remote writes were dropped (Redis down?)");
+    HYPIC_ASSIGN_OR_RETURN(Sample get, Timed(n, threads, [&](size_t i) {
+                             return r->Get(handles[order[i]]->info.key).status();
+                           }));
+    Row(tier, mib, threads, "put", put);
+    Row(tier, mib, threads, "get", get);
+    return Status::Ok();
+  }
   HYPIC_ASSIGN_OR_RETURN(auto t, MakeTier(tier, o, 2 * total, sub));
   HYPIC_ASSIGN_OR_RETURN(Sample put,
                          Timed(n, threads, [&](size_t i) { return t->Insert(*handles[i]); }));
@@ -219,7 +245,11 @@ const bool kRegistered = tools::RegisterSubcommand(
       sub.add_option("--threads", o->threads, "Thread counts");
       sub.add_option("--tiers", o->tiers,
                      "Tiers: host, hbm, ssd, manager (TierManager over host + ssd), "
-                     "manager-sync (the same with demotions written on the caller)");
+                     "manager-sync (the same with demotions written on the caller), remote "
+                     "(RedisTier at --remote-store)");
+      sub.add_option("--remote-store", o->remote_store,
+                     "URL of a scratch Redis for the remote tier: redis://host:port or "
+                     "redis-cluster://host:port,...");
       sub.add_option("--total-mib", o->total_mib, "Bytes written per case, in MiB");
       return [o] { return Run(*o); };
     });
