@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 #include <vector>
 
@@ -54,6 +56,7 @@ struct Key {
   int64_t m, n, k, lda, ldb, ldc;
   uint32_t alpha_bits, beta_bits;
   int threads;
+  const memory::desc* b_layout;  // a packed weight's blocked layout; null: plain strides
   bool operator==(const Key&) const = default;
 };
 
@@ -68,6 +71,7 @@ struct KeyHash {
     }
     mix(uint64_t{key.alpha_bits} << 32 | key.beta_bits);
     mix(static_cast<uint64_t>(key.threads));
+    mix(reinterpret_cast<uintptr_t>(key.b_layout));
     return static_cast<size_t>(h);
   }
 };
@@ -104,6 +108,7 @@ class PrimitiveCache {
       }
     }
     std::shared_ptr<const Primitive> made = Build(key);  // outside the lock: JIT takes a while
+    if (made == nullptr) return nullptr;
     std::lock_guard<std::mutex> lock(mu_);
     ++built_;
     auto it = index_.find(key);
@@ -132,7 +137,8 @@ class PrimitiveCache {
         key.tb == Trans::kNo ? memory::dims{key.ldb, 1} : memory::dims{1, key.ldb};
     auto p = std::make_shared<Primitive>();
     p->a = memory::desc({key.m, key.k}, key.dtype, a_strides);
-    p->b = memory::desc({key.k, key.n}, key.dtype, b_strides);
+    p->b = key.b_layout != nullptr ? *key.b_layout
+                                   : memory::desc({key.k, key.n}, key.dtype, b_strides);
     p->c = memory::desc({key.m, key.n}, memory::data_type::f32, {key.ldc, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -150,6 +156,8 @@ class PrimitiveCache {
       p->matmul = dnnl::matmul(pd);
       p->scratchpad = pd.scratchpad_desc();
     } catch (const dnnl::error& e) {
+      // A packed layout that no implementation takes at this row count: the caller unpacks.
+      if (key.b_layout != nullptr && e.status == dnnl_unimplemented) return nullptr;
       Fatal("matmul creation", e);
     }
     return p;
@@ -189,16 +197,31 @@ void ScaleOnly(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
   }
 }
 
+// Runs the product on cached primitives, row block by row block. With b_layout (a packed
+// weight), returns false, having written nothing, when no implementation takes that layout.
 template <typename T>
-void CachedGemm(memory::data_type dtype, Trans ta, Trans tb, int64_t m, int64_t n, int64_t k,
+bool CachedGemm(memory::data_type dtype, Trans ta, Trans tb, int64_t m, int64_t n, int64_t k,
                 float alpha, const T* a, int64_t lda, const T* b, int64_t ldb, float beta, float* c,
-                int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
+                int64_t ldc, const memory::desc* b_layout = nullptr) {
+  if (m <= 0 || n <= 0) return true;
+  if (k <= 0) {
+    ScaleOnly(m, n, beta, c, ldc);
+    return true;
+  }
   const int threads = UseComputeThreads();
-  Key key{dtype, ta, tb, 0, n, k, lda, ldb, ldc, 0, 0, threads};
+  Key key{dtype, ta, tb, 0, n, k, lda, ldb, ldc, 0, 0, threads, b_layout};
   std::memcpy(&key.alpha_bits, &alpha, sizeof alpha);
   std::memcpy(&key.beta_bits, &beta, sizeof beta);
+  if (b_layout != nullptr) {
+    // Every block's primitive first, so that a layout no implementation takes leaves C as it
+    // was (blocks of one product share at most three shapes).
+    bool ok = true;
+    ForEachRowBlock(m, [&](int64_t, int64_t rows) {
+      key.m = rows;
+      ok = ok && Cache().Get(key) != nullptr;
+    });
+    if (!ok) return false;
+  }
   dnnl::stream& stream = ThreadStream();
   ForEachRowBlock(m, [&](int64_t row0, int64_t rows) {
     key.m = rows;
@@ -218,6 +241,47 @@ void CachedGemm(memory::data_type dtype, Trans ta, Trans tb, int64_t m, int64_t 
       Fatal("matmul", e);
     }
   });
+  return true;
+}
+
+// The plain layout of a weight W [n, k] as matmul's B [k, n]: W's rows are B's columns.
+memory::desc PlainWeight(int64_t n, int64_t k) {
+  return memory::desc({k, n}, memory::data_type::bf16, memory::dims{1, k});
+}
+
+// The blocked layout oneDNN's matmul prefers for a bf16 weight of (n, k), asked once per shape
+// of a primitive of kGemmRowBlock rows, and kept for the process: every packed weight of that
+// shape and every primitive that reads one share it.
+const memory::desc* PackedLayout(int64_t n, int64_t k) {
+  static std::mutex mu;
+  static auto* layouts = new std::unordered_map<uint64_t, std::unique_ptr<memory::desc>>;
+  const uint64_t id = static_cast<uint64_t>(n) << 32 | static_cast<uint64_t>(k);
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<memory::desc>& layout = (*layouts)[id];
+  if (layout == nullptr) {
+    UseComputeThreads();
+    const memory::desc a({kGemmRowBlock, k}, memory::data_type::bf16, memory::dims{k, 1});
+    const memory::desc any({k, n}, memory::data_type::bf16, memory::format_tag::any);
+    const memory::desc c({kGemmRowBlock, n}, memory::data_type::f32, memory::dims{n, 1});
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, any, c), Engine());
+      layout = std::make_unique<memory::desc>(pd.weights_desc());
+    } catch (const dnnl::error& e) {
+      Fatal("matmul creation (packed layout)", e);
+    }
+  }
+  return layout.get();
+}
+
+void Reorder(const memory::desc& from, const void* src, const memory::desc& to, void* dst) {
+  try {
+    memory s(from, Engine(), const_cast<void*>(src)), d(to, Engine(), dst);
+    dnnl::stream& stream = ThreadStream();
+    dnnl::reorder(s, d).execute(stream, s, d);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    Fatal("reorder", e);
+  }
 }
 
 std::string IsaName(dnnl::cpu_isa isa) {
@@ -258,25 +322,71 @@ void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, cons
   CachedGemm(memory::data_type::f32, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-          int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m != 1 || k <= 0) {
-    return CachedGemm(memory::data_type::bf16, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
-                      ldc);
-  }
-  // oneDNN 2.6 runs a one-row bf16 matmul on a gemv kernel that, on AMX machines, rounds
-  // differently from the same row inside a larger call. A lone row (a decode step, the
-  // last-row lm_head) therefore goes as two rows, the second zero, so its bits are the same
-  // as in a prefill's (tests/gpu/cpu/gemm_test.cpp). AMX computes 16-row tiles either way.
+namespace {
+
+// A bf16 product of m rows of A through run(ta, m, a, lda, c, ldc). oneDNN 2.6 runs a one-row
+// bf16 matmul on a gemv kernel that, on AMX machines, rounds differently from the same row
+// inside a larger call. A lone row (a decode step, the last-row lm_head) therefore goes as
+// two rows, the second zero, so its bits are the same as in a prefill's
+// (tests/gpu/cpu/gemm_test.cpp). AMX computes 16-row tiles either way.
+template <typename Run>
+void Bf16Rows(Trans ta, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, float beta,
+              float* c, int64_t ldc, const Run& run) {
+  if (m != 1 || k <= 0) return run(ta, m, a, lda, c, ldc);
   thread_local std::vector<uint16_t> a2;
   thread_local std::vector<float> c2;
   a2.assign(static_cast<size_t>(2 * k), 0);
   for (int64_t i = 0; i < k; ++i) a2[static_cast<size_t>(i)] = a[ta == Trans::kNo ? i : i * lda];
   c2.assign(static_cast<size_t>(2 * n), 0.0f);
   if (beta != 0.0f) std::copy(c, c + n, c2.begin());
-  CachedGemm(memory::data_type::bf16, Trans::kNo, tb, 2, n, k, alpha, a2.data(), k, b, ldb, beta,
-             c2.data(), n);
+  run(Trans::kNo, 2, a2.data(), k, c2.data(), n);
   std::copy(c2.begin(), c2.begin() + n, c);
+}
+
+}  // namespace
+
+void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+          int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  Bf16Rows(ta, m, n, k, a, lda, beta, c, ldc,
+           [&](Trans t, int64_t rows, const uint16_t* x, int64_t ldx, float* y, int64_t ldy) {
+             CachedGemm(memory::data_type::bf16, t, tb, rows, n, k, alpha, x, ldx, b, ldb, beta, y,
+                        ldy);
+           });
+}
+
+PackedBf16Weight::PackedBf16Weight(const uint16_t* w, int64_t n, int64_t k)
+    : n_(n), k_(k), layout_(PackedLayout(n, k)) {
+  const auto& layout = *static_cast<const memory::desc*>(layout_);
+  bytes_ = layout.get_size();
+  data_ = std::aligned_alloc(64, (bytes_ + 63) / 64 * 64);
+  if (data_ == nullptr) throw std::bad_alloc();
+  Reorder(PlainWeight(n, k), w, layout, data_);
+}
+
+PackedBf16Weight::~PackedBf16Weight() { std::free(data_); }
+
+void PackedBf16Weight::Unpack(uint16_t* w) const {
+  Reorder(*static_cast<const memory::desc*>(layout_), data_, PlainWeight(n_, k_), w);
+}
+
+void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf16Weight& w,
+          float beta, float* c, int64_t ldc) {
+  const int64_t n = w.n(), k = w.k();
+  const auto* layout = static_cast<const memory::desc*>(w.layout());
+  const auto* b = static_cast<const uint16_t*>(w.data());
+  Bf16Rows(Trans::kNo, m, n, k, a, lda, beta, c, ldc,
+           [&](Trans t, int64_t rows, const uint16_t* x, int64_t ldx, float* y, int64_t ldy) {
+             if (CachedGemm(memory::data_type::bf16, t, Trans::kYes, rows, n, k, alpha, x, ldx, b,
+                            k, beta, y, ldy, layout)) {
+               return;
+             }
+             // No implementation reads the packed layout at this row count: the plain one.
+             thread_local std::vector<uint16_t> plain;
+             plain.resize(static_cast<size_t>(n * k));
+             w.Unpack(plain.data());
+             CachedGemm(memory::data_type::bf16, t, Trans::kYes, rows, n, k, alpha, x, ldx,
+                        plain.data(), k, beta, y, ldy);
+           });
 }
 
 void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

@@ -31,10 +31,10 @@ namespace hypic::cpu {
 
 enum class Trans : uint8_t { kNo = 0, kYes = 1 };
 
-// Rows per primitive call. Each call pays a fixed cost per weight (oneDNN's set-up and, for
-// plain-layout weights on AMX, most likely its copy of them into tile layout), so longer
-// blocks pay it less often: 2,048 against 512 rows took a 16k prefill of builtin:small from
-// 4.13 to 3.93 s on a Xeon (2 threads, A/B in one session).
+// Rows per primitive call. Each call pays a fixed cost per weight (oneDNN's set-up and, for a
+// plain-layout weight, its copy into the blocked layout, which PackedBf16Weight avoids), so
+// longer blocks pay it less often: 2,048 against 512 rows took a 16k prefill of builtin:small
+// from 4.13 to 3.93 s on a Xeon (2 threads, plain weights, A/B in one session).
 inline constexpr int64_t kGemmRowBlock = 2048;
 // fp32 products with n and k both at most this (the chunked linear-attention's) go to
 // dnnl_sgemm: there a primitive's per-call cost (memory objects, argument map) outweighs its
@@ -50,6 +50,41 @@ void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, cons
 // C = alpha op(A) op(B) + beta C, bf16 A and B, fp32 accumulation and C.
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
           int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// A bf16 GEMM weight W [n, k] (nn.Linear's row-major layout) reordered once into the blocked
+// layout that oneDNN's matmul reads directly. With a plain-layout B oneDNN copies B into that
+// layout on every call, once per row block: 5% of a 16k-token prefill on an AMX machine, and
+// most of a decode step's product. The packed layout pads n and k to its blocks. Immutable
+// once made; thread-safe.
+class PackedBf16Weight {
+ public:
+  // Packs w, raw bf16 bits, row-major [n, k] (REQUIRES: n, k > 0).
+  PackedBf16Weight(const uint16_t* w, int64_t n, int64_t k);
+  ~PackedBf16Weight();
+  PackedBf16Weight(const PackedBf16Weight&) = delete;
+  PackedBf16Weight& operator=(const PackedBf16Weight&) = delete;
+
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  size_t bytes() const { return bytes_; }  // resident, with the layout's padding
+  // Writes W back in its plain layout, row-major [n, k] (for a device that uploads it).
+  void Unpack(uint16_t* w) const;
+  // The blocked layout (a dnnl_memory_desc_t of this (n, k), shared by every weight of it).
+  const void* layout() const { return layout_; }
+  const void* data() const { return data_; }
+
+ private:
+  int64_t n_, k_;
+  size_t bytes_;
+  const void* layout_;
+  void* data_;
+};
+
+// C = alpha A W^T + beta C for A [m, k] bf16 (row stride lda) and a packed W [n, k], fp32
+// accumulation and C. The same bits per row as the plain-layout bf16 Gemm with tb = kYes
+// whatever m (tests/gpu/cpu/gemm_test.cpp).
+void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf16Weight& w,
+          float beta, float* c, int64_t ldc);
 
 // C = alpha op(A) op(B) + beta C, fp32, for shapes that differ call to call.
 void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

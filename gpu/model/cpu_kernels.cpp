@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -22,8 +23,8 @@
 namespace hypic::model {
 namespace {
 
-// y[m, n] = x[m, k] * w[n, k]^T (+ y): fp32, or with bf16 weights x rounded to bf16 into *x16
-// (row loops on ParallelFor) and an fp32-accumulating bf16 GEMM.
+// y[m, n] = x[m, k] * w[n, k]^T (+ y): fp32, or with bf16 weights (plain or packed) x rounded
+// to bf16 into *x16 (row loops on ParallelFor) and an fp32-accumulating bf16 GEMM.
 void LinearGemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, DeviceWeight w,
                 int64_t ldw, float* y, int64_t ldy, bool accumulate, std::vector<uint16_t>* x16) {
   const float beta = accumulate ? 1.0f : 0.0f;
@@ -37,6 +38,12 @@ void LinearGemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, De
   cpu::ParallelFor(m, 64, [&](int64_t r0, int64_t r1) {
     cpu::ConvertRowsToBf16(x + r0 * ldx, ldx, r1 - r0, k, xb + r0 * k, k);
   });
+  if (w.packed != nullptr) {
+    // A packed weight is always used whole: [n, k] with ldw == k (forward.cpp's projections).
+    assert(w.packed->n() == n && w.packed->k() == k && ldw == k);
+    cpu::Gemm(m, 1.0f, xb, k, *w.packed, beta, y, ldy);
+    return;
+  }
   cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, m, n, k, 1.0f, xb, k,
             static_cast<const uint16_t*>(w.data), ldw, beta, y, ldy);
 }
@@ -144,7 +151,7 @@ CpuForwardKernels::ScratchSet& CpuForwardKernels::ThreadScratch() {
 CpuForwardKernels::CpuForwardKernels() : scratch_(std::exchange(ThreadScratch(), {})) {}
 
 CpuForwardKernels::~CpuForwardKernels() {
-  constexpr size_t kKeptScratchBytes = size_t{512} << 20;
+  constexpr size_t kKeptScratchBytes = size_t{2048} << 20;
   size_t bytes = scratch_.x_bf16.capacity() * sizeof(uint16_t) +
                  scratch_.kv_pack.capacity() * sizeof(uint32_t);
   for (const Buffer& b : scratch_.slots) bytes += static_cast<size_t>(b.capacity) * sizeof(float);

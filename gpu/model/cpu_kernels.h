@@ -41,7 +41,9 @@ class CpuForwardKernels final : public ForwardKernels {
 
   float* Scratch(int slot, int64_t n) override;
   const float* Weight(const std::vector<float>& host) override { return host.data(); }
-  DeviceWeight Weight(const WeightTensor& host) override { return {host.dtype(), host.data()}; }
+  DeviceWeight Weight(const WeightTensor& host) override {
+    return {host.dtype(), host.data(), host.packed()};
+  }
   const float* Input(const float* host, int64_t) override { return host; }
   float* Mirror(float* host, int64_t, bool) override { return host; }
   const float* ToHost(const float* data, int64_t, std::vector<float>*) override { return data; }

@@ -33,14 +33,17 @@
 
 namespace hypic::model {
 
-// A GEMM weight in the backend's memory: fp32 elements or bf16 bits (weights.h). A plain fp32
-// pointer converts to one.
+// A GEMM weight in the backend's memory: fp32 elements or bf16 bits (weights.h), or on the CPU
+// a packed bf16 weight (`packed`; `data` is then its blocks). A plain fp32 pointer converts to
+// one.
 struct DeviceWeight {
   DType dtype = DType::kF32;
   const void* data = nullptr;
+  const cpu::PackedBf16Weight* packed = nullptr;
   DeviceWeight() = default;
   DeviceWeight(const float* f32) : data(f32) {}  // NOLINT: implicit by design
-  DeviceWeight(DType t, const void* d) : dtype(t), data(d) {}
+  DeviceWeight(DType t, const void* d, const cpu::PackedBf16Weight* p = nullptr)
+      : dtype(t), data(d), packed(p) {}
 };
 
 // Causal GQA attention: query head h reads kv head h / (heads / kv_heads).

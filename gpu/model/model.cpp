@@ -88,7 +88,10 @@ Model::Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerpr
       weights_(std::move(weights)),
       fingerprint_(fingerprint),
       checkpoint_bytes_(checkpoint_bytes),
-      device_cache_(std::make_shared<DeviceContextCache>()) {}
+      device_cache_(std::make_shared<DeviceContextCache>()) {
+  // Packed once here, so no product copies a weight into oneDNN's layout (weights.h).
+  weights_.PackForCpuGemm(config_.hidden_size);
+}
 
 ModelState Model::EmptyState() const {
   ModelState s;

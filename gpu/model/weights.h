@@ -14,19 +14,26 @@
 // Everything else (norms, conv, the GDN gates, the MoE router) is fp32 always: it is small,
 // and the state algebra and the routing decisions stay in fp32.
 //
+// On the CPU a Model keeps its bf16 projections packed (PackForCpuGemm): in the blocked
+// layout oneDNN's matmul reads directly, as the only copy, so resident bytes stay those of the
+// checkpoint plus the layout's padding.
+//
 // Plain value types, immutable once a Model owns them (shared by concurrent passes).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/dtype.h"
+#include "gpu/cpu/gemm.h"
 
 namespace hypic::model {
 
 // One GEMM weight, row-major, in its resident precision: kF32 (elements in f32()) or kBF16 (raw
-// bits in bf16()); the other vector is empty.
+// bits in bf16(), or packed for the CPU's GEMMs, when bf16() is empty too); the other vector
+// is empty.
 class WeightTensor {
  public:
   WeightTensor() = default;
@@ -40,21 +47,37 @@ class WeightTensor {
   }
 
   DType dtype() const { return dtype_; }
-  size_t size() const { return dtype_ == DType::kBF16 ? bf16_.size() : f32_.size(); }
+  size_t size() const {
+    return packed_ != nullptr ? packed_size_ : dtype_ == DType::kBF16 ? bf16_.size() : f32_.size();
+  }
   bool empty() const { return size() == 0; }
-  size_t bytes() const { return size() * DTypeSize(dtype_); }
+  // Resident bytes (a packed weight's include its layout's padding).
+  size_t bytes() const {
+    return packed_ != nullptr ? packed_->bytes() : size() * DTypeSize(dtype_);
+  }
+  // The elements in their stored layout: the plain row-major ones, or the packed blocks. Also
+  // the tensor's identity for a device that uploads it.
   const void* data() const {
+    if (packed_ != nullptr) return packed_->data();
     return dtype_ == DType::kBF16 ? static_cast<const void*>(bf16_.data()) : f32_.data();
   }
+  // REQUIRES: not packed.
   void* data() { return dtype_ == DType::kBF16 ? static_cast<void*>(bf16_.data()) : f32_.data(); }
 
-  // REQUIRES: dtype() is kF32 (f32) or kBF16 (bf16).
+  // Replaces a kBF16 weight of `cols` columns (its input width) by its packed form; a no-op
+  // for kF32 or an empty tensor. REQUIRES: size() is a multiple of cols.
+  void PackForCpuGemm(int64_t cols);
+  const cpu::PackedBf16Weight* packed() const { return packed_.get(); }
+  // Every element widened to fp32, in the plain row-major order, into dst[0, size()).
+  void WidenTo(float* dst) const;
+
+  // REQUIRES: dtype() is kF32 (f32) or kBF16 (bf16), and not packed.
   std::vector<float>& f32() { return f32_; }
   const std::vector<float>& f32() const { return f32_; }
   std::vector<uint16_t>& bf16() { return bf16_; }
   const std::vector<uint16_t>& bf16() const { return bf16_; }
 
-  // Element i widened to fp32.
+  // Element i widened to fp32. REQUIRES: not packed.
   float At(size_t i) const { return dtype_ == DType::kBF16 ? Bf16ToF32(bf16_[i]) : f32_[i]; }
 
   bool operator==(const WeightTensor&) const = default;
@@ -63,6 +86,8 @@ class WeightTensor {
   DType dtype_ = DType::kF32;
   std::vector<float> f32_;
   std::vector<uint16_t> bf16_;
+  std::shared_ptr<const cpu::PackedBf16Weight> packed_;  // immutable, shared by copies
+  size_t packed_size_ = 0;
 };
 
 struct GdnWeights {
@@ -111,6 +136,9 @@ struct ModelWeights {
 
   // Bytes held by every tensor above, as resident.
   size_t ResidentBytes() const;
+  // Packs every bf16 projection, expert and lm_head for the CPU's GEMMs (the embedding table
+  // stays plain: rows are looked up in it, and a tied lm_head reads it).
+  void PackForCpuGemm(int64_t hidden_size);
 };
 
 }  // namespace hypic::model

@@ -272,11 +272,13 @@ class CudaContext final : public DeviceContext {
   std::vector<std::pair<float*, int64_t>> scratch_ GUARDED_BY(mu);
 
  private:
-  // One host tensor to upload: its data (the lookup key), element type and count.
+  // One host tensor to upload: its data (the lookup key), element type and count, and the
+  // GEMM weight it is (which widens itself, packed or not), if one.
   struct HostTensor {
     const void* data;
     DType dtype;
     size_t n;
+    const WeightTensor* matrix = nullptr;
   };
 
   // Every weight goes up as fp32: bf16 GEMM weights are widened on the way (exact), so the
@@ -286,7 +288,7 @@ class CudaContext final : public DeviceContext {
     auto vec = [&](const std::vector<float>& v) {
       all.push_back({v.data(), DType::kF32, v.size()});
     };
-    auto mat = [&](const WeightTensor& t) { all.push_back({t.data(), t.dtype(), t.size()}); };
+    auto mat = [&](const WeightTensor& t) { all.push_back({t.data(), t.dtype(), t.size(), &t}); };
     auto mlp = [&](const MlpWeights& m) {
       mat(m.gate_up);
       mat(m.down);
@@ -319,7 +321,11 @@ class CudaContext final : public DeviceContext {
       const float* src = static_cast<const float*>(t.data);
       if (t.dtype != DType::kF32) {
         widened.emplace_back(t.n);
-        ConvertElements(t.dtype, t.data, DType::kF32, widened.back().data(), t.n);
+        if (t.matrix != nullptr) {
+          t.matrix->WidenTo(widened.back().data());
+        } else {
+          ConvertElements(t.dtype, t.data, DType::kF32, widened.back().data(), t.n);
+        }
         src = widened.back().data();
       }
       HYPIC_CUDA_RETURN_IF_ERROR(
