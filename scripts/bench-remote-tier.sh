@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The remote tier's TTFT (docs/benchmarks.md, "Remote tier"): one COMPOSE of 16 x 1024-token
-# segments plus a 16-token raw suffix on builtin:small, served four ways side by side in one
+# segments plus a 16-token raw suffix on builtin:small, served five ways side by side in one
 # session, RUNS times with a fresh prompt each time:
-#   recompute  daemon A, cold: every segment prefilled (and written to Redis)
-#   remote     daemon B (its own data dir, RAM tier off): every segment read from Redis,
-#              verified and stored in its SSD tier before the compose
-#   ssd        daemon B again: every segment an SSD hit
-#   ram        daemon A again: every segment a RAM hit
-# Two hypicd share one private redis-server on loopback. Prints one line per run and the
+#   recompute   daemon A, cold: every segment prefilled (and written to Redis)
+#   remote      daemon B (its own data dir): every segment read from Redis, verified and put
+#               into its RAM tier before the compose
+#   remote_ssd  daemon C (RAM tier off): the same, put into its SSD tier
+#   ssd         daemon C again: every segment an SSD hit
+#   ram         daemon A again: every segment a RAM hit
+# Three hypicd share one private redis-server on loopback. Prints one line per run and the
 # medians; the times are the client's, request sent to last reply byte (hypicctl --json reply_s).
 # Usage: scripts/bench-remote-tier.sh [RUNS]   (HYPIC_BIN_DIR: folder with hypicd, hypicctl)
 set -euo pipefail
@@ -30,7 +31,7 @@ redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --maxmem
 pids+=($!)
 until redis-cli -p "$rport" ping > /dev/null 2>&1; do sleep 0.05; done
 
-start_daemon() {  # name, extra flags...
+start_daemon() {  # name, extra flags...; not in a subshell, so that cleanup sees its pid
   local name=$1
   shift
   mkdir -p "$work/$name"
@@ -39,18 +40,32 @@ start_daemon() {  # name, extra flags...
     --request-timeout-ms 600000 --remote-store "redis://127.0.0.1:$rport" \
     --remote-min-tokens 0 "$@" > "$work/$name.log" 2>&1 &
   pids+=($!)
-  until [ -s "$work/$name.ready" ]; do sleep 0.05; done
-  sed -n 's/^tcp=.*:\([0-9]*\)$/\1/p' "$work/$name.ready"
 }
-port_a=$(start_daemon a --ram-capacity 2GiB)
-port_b=$(start_daemon b --ram-capacity 0)
+port_of() {  # waits 120 s at most for the daemon's ready file
+  for _ in $(seq 2400); do [ -s "$work/$1.ready" ] && break; sleep 0.05; done
+  sed -n 's/^tcp=.*:\([0-9]*\)$/\1/p' "$work/$1.ready" 2> /dev/null
+}
+start_daemon a --ram-capacity 2GiB
+start_daemon b --ram-capacity 2GiB
+start_daemon c --ram-capacity 0
+port_a=$(port_of a)
+port_b=$(port_of b)
+port_c=$(port_of c)
+for d in a b c; do
+  port_var=port_$d
+  if [ -z "${!port_var}" ]; then
+    echo "hypicd $d did not start:" >&2
+    cat "$work/$d.log" >&2
+    exit 1
+  fi
+done
 
 compose() {  # port, parts file -> "seconds hits"
   "$bin/hypicctl" compose --host 127.0.0.1 --port "$1" "$2" --json --timeout 600 |
     python3 -c 'import json,sys; j=json.load(sys.stdin); print("%.4f %d %s" % (j["reply_s"], sum(p["outcome"]=="hit" for p in j["parts"]), ",".join(sorted({p["tier"] for p in j["parts"] if p["outcome"]=="hit"})) or "-"))'
 }
 
-echo "run recompute_s remote_s ssd_s ram_s (hits, tiers)"
+echo "run recompute_s remote_s remote_ssd_s ssd_s ram_s (hits and tiers of each)"
 for run in $(seq 1 "$runs"); do
   parts="$work/parts-$run.jsonl"
   python3 - "$run" > "$parts" <<'PY'
@@ -64,17 +79,20 @@ PY
   want=$((16 * run))
   until [ "$(redis-cli -p "$rport" --scan --pattern 'hypic:*:m' | wc -l)" -ge "$want" ]; do sleep 0.05; done
   read -r remote remote_hits remote_tiers < <(compose "$port_b" "$parts")
-  read -r ssd ssd_hits ssd_tiers < <(compose "$port_b" "$parts")
+  read -r rssd rssd_hits rssd_tiers < <(compose "$port_c" "$parts")
+  read -r ssd ssd_hits ssd_tiers < <(compose "$port_c" "$parts")
   read -r ram ram_hits ram_tiers < <(compose "$port_a" "$parts")
-  echo "$run $cold $remote $ssd $ram ($cold_hits, $remote_hits $remote_tiers, $ssd_hits $ssd_tiers, $ram_hits $ram_tiers)"
+  echo "$run $cold $remote $rssd $ssd $ram ($cold_hits; $remote_hits $remote_tiers;" \
+    "$rssd_hits $rssd_tiers; $ssd_hits $ssd_tiers; $ram_hits $ram_tiers)"
 done | tee "$work/runs.txt"
 python3 - "$work/runs.txt" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l[0].isdigit()]
-cols = ["recompute", "remote", "ssd", "ram"]
+cols = ["recompute", "remote", "remote_ssd", "ssd", "ram"]
 med = {c: statistics.median(float(r[i + 1]) for r in rows) for i, c in enumerate(cols)}
 print("median " + " ".join(f"{c} {med[c]:.4f} s" for c in cols))
 print(f"remote hit: {med['recompute'] / med['remote']:.1f}x faster than recompute, "
       f"{med['remote'] / med['ssd']:.2f}x the SSD hit's time, {med['remote'] / med['ram']:.2f}x the RAM hit's")
 PY
-"$bin/hypicctl" stats --host 127.0.0.1 --port "$port_b" | sed -n '/^tiers/,/^$/p'
+echo "daemon B's tiers:"
+"$bin/hypicctl" stats --unix "$(sed -n 's/^unix=//p' "$work/b.ready")" | sed -n '/^tiers/,/^$/p'
