@@ -122,14 +122,20 @@ TEST_CASE(
   }));
   CHECK(mid_reads == 8);  // the manifest and 7 chunks
   // A new entry written into a slot that is half-migrated: every SET is ASKed to the target.
-  uint64_t fresh = 1000;
+  const uint64_t fresh = 1000;
   const uint16_t fresh_slot = SlotOf(fresh);
   const int fresh_from = cluster.Owner(RedisManifestKey("test", KeyOf(fresh, kEntryBytes)));
   const int fresh_to = (fresh_from + 1) % RedisCluster::kNodes;
   REQUIRE(cluster.BeginMigration(fresh_slot, fresh_from, fresh_to));
   WriteNow(*t, fresh);
   CHECK(Read(*t, fresh) == 1);
-  CHECK(cluster.node(fresh_to).Command({"DBSIZE"})->integer >= 8);  // it all went to the target
+  auto keys_in = [&](int node) {  // the keys of fresh's slot that `node` holds
+    auto r = cluster.node(node).Command({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(fresh_slot)});
+    REQUIRE(r != nullptr);
+    return r->integer;
+  };
+  CHECK(keys_in(fresh_to) == 8);  // the manifest and 7 chunks, all on the target
+  CHECK(keys_in(fresh_from) == 0);
   REQUIRE(cluster.EndMigration(fresh_slot, fresh_from, fresh_to));
   REQUIRE(cluster.EndMigration(slot, from, to));
   REQUIRE(cluster.WaitUntilOk());
