@@ -20,7 +20,12 @@ thread_local int t_threads = 0;  // the calling thread's ScopedComputeThreads; 0
 
 void SetComputeThreads(int threads) { g_threads.store(std::max(1, threads)); }
 
-int ComputeThreads() { return t_threads > 0 ? t_threads : g_threads.load(); }
+int ComputeThreads() {
+  const int budget = t_threads > 0 ? t_threads : g_threads.load();
+  // OMP_THREAD_LIMIT caps every OpenMP team: oneDNN would partition a GEMM for threads it
+  // never gets and leave part of the output unwritten, so no budget exceeds the limit.
+  return std::min(budget, omp_get_thread_limit());
+}
 
 ScopedComputeThreads::ScopedComputeThreads(int threads) : previous_(t_threads) {
   t_threads = std::max(1, threads);

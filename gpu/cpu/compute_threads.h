@@ -2,9 +2,10 @@
 //
 // A budget is per calling thread: ComputeThreads() is the thread's innermost
 // ScopedComputeThreads, else the process-wide SetComputeThreads value (default: the hardware
-// threads). Both ParallelFor and the GEMMs (gemm.h, oneDNN on OpenMP, which honours a
-// per-thread thread count) read it at each call, so a runtime worker with a 1-thread budget
-// runs its whole pass on its own thread while another worker runs beside it with its own.
+// threads), never more than OpenMP's thread limit (OMP_THREAD_LIMIT). Both ParallelFor and the
+// GEMMs (gemm.h, oneDNN on OpenMP, which honours a per-thread thread count) read it at each call,
+// so a runtime worker with a 1-thread budget runs its whole pass on its own thread while another
+// worker runs beside it with its own.
 //
 // ParallelFor runs on OpenMP, the same thread teams oneDNN uses, so a pass alternating GEMMs
 // and elementwise loops reuses one set of threads instead of starting new ones. Inside a
