@@ -39,6 +39,20 @@ if(HYPIC_SANITIZE)
   add_compile_options(${HYPIC_SANITIZE_FLAGS})
   add_link_options(${HYPIC_SANITIZE_FLAGS})
 endif()
+# The run-time environment of a sanitized build's tests (hypic_test adds it to each; the e2e
+# tests' daemons inherit it). ThreadSanitizer: stop at the first report and write it to
+# build/tsan/report.<pid> (.ci/run fails when any exists, so a race inside a daemon that a test
+# only stops counts too); suppressions for third-party frames only (tests/tsan.supp); and
+# OMP_THREAD_LIMIT=1, because Debian's libgomp is not instrumented: TSan cannot see its
+# barriers, so every OpenMP region (ParallelFor, oneDNN) would report the hand-over of its
+# inputs. Our own threads (io, compute workers, the store's write-back) are all checked.
+set(HYPIC_SANITIZER_ENV "")
+if(HYPIC_SANITIZE MATCHES "thread")
+  set(HYPIC_SANITIZER_ENV
+      "TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1 log_path=${PROJECT_BINARY_DIR}/tsan/report suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp"
+      "OMP_THREAD_LIMIT=1")
+  file(MAKE_DIRECTORY ${PROJECT_BINARY_DIR}/tsan)
+endif()
 
 if(HYPIC_NATIVE AND NOT HYPIC_FUZZ)
   include(CheckCXXCompilerFlag)

@@ -37,7 +37,7 @@ function(hypic_test name)
   endif()
   add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
   set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
-                       ENVIRONMENT "HYPIC_BIN_DIR=${PROJECT_BINARY_DIR}/bin;HYPIC_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+                       ENVIRONMENT "HYPIC_BIN_DIR=${PROJECT_BINARY_DIR}/bin;HYPIC_SOURCE_DIR=${PROJECT_SOURCE_DIR};${HYPIC_SANITIZER_ENV}")
 endfunction()
 
 # Adds every immediate subfolder of the current source dir that has a CMakeLists.txt, in the

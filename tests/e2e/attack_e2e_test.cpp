@@ -29,6 +29,15 @@
 namespace hypic::e2e {
 namespace {
 
+// A ThreadSanitizer daemon instruments every memory access (several times slower, with the
+// attackers' bodies taking most of the CPU): its latency says nothing about production's, so
+// the p99 bounds hold in the other builds, and the TSan run (.ci/run stage 3) is for races.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kCheckLatency = false;
+#else
+constexpr bool kCheckLatency = true;
+#endif
+
 using protocol::Opcode;
 using Clock = std::chrono::steady_clock;
 
@@ -150,10 +159,11 @@ TEST_CASE("200 connections declaring 256 MiB bodies: RSS within the budget, p99 
                         << grown_kib / 1024 << " MiB; budget " << (kBudget >> 20)
                         << " MiB); PING p99 " << base_us << " us -> " << attack_us << " us ("
                         << attack_us / base_us << "x)");
-#if defined(__SANITIZE_ADDRESS__)
-  // An ASan daemon keeps freed bodies in its quarantine and adds shadow pages: its RSS says
-  // nothing about the production allocator's, so only the unsanitised build holds the bound.
-  MESSAGE("ASan build: the RSS bound is checked only without sanitizers");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // An ASan daemon keeps freed bodies in its quarantine and adds shadow pages, a TSan daemon
+  // shadows every byte it touches: its RSS says nothing about the production allocator's, so
+  // only the unsanitised build holds the bound.
+  MESSAGE("sanitizer build: the RSS bound is checked only without sanitizers");
 #else
   CHECK(grown_kib <= (kBudget >> 10) + kOverheadKiB);
 #endif
@@ -164,7 +174,7 @@ TEST_CASE("200 connections declaring 256 MiB bodies: RSS within the budget, p99 
   CHECK(pending <= static_cast<double>(kBudget));
   CHECK(refusals > 0);        // the budget was reached: the attack pressed on the bound
   CHECK(send_failures == 0);  // the attackers were throttled, not cut off
-  CHECK(attack_us <= 1.5 * base_us);
+  if (kCheckLatency) CHECK(attack_us <= 1.5 * base_us);
   CHECK((*d)->Alive());
 }
 
@@ -234,7 +244,7 @@ TEST_CASE("slowloris: 200 trickling connections, p99 kept, pre-auth limited per 
                       << "x) under " << kAttackers << " trickling connections, " << sent.load()
                       << " bytes trickled");
   CHECK(measured < 8s);  // the attackers were all alive while it was measured
-  CHECK(attack_us <= 1.5 * base_us);
+  if (kCheckLatency) CHECK(attack_us <= 1.5 * base_us);
 
   // The deadlines close them all: 8 s after their first byte (HELLO: after accept).
   int closed = 0;
