@@ -22,7 +22,7 @@ PACKAGES=(
   clang clang-format libclang-rt-14-dev
   librocksdb-dev libboost-dev libxxhash-dev libfmt-dev doctest-dev nlohmann-json3-dev
   libspdlog-dev libcli11-dev libtomlplusplus-dev libdnnl-dev prometheus-cpp-dev
-  gnuplot-nox python3 python3-numpy python3-yaml redis-server libhiredis-dev
+  gnuplot-nox python3 python3-numpy python3-yaml redis-server redis-tools libhiredis-dev
 )
 if [ "$TRAIN" = "1" ]; then PACKAGES+=(python3-torch libopenblas0-pthread); fi
 
