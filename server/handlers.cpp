@@ -447,6 +447,16 @@ Reply Handlers::Stats(const Request& req) const {
     }
   }
   j["tiers"] = std::move(tiers);
+  if (const auto nodes = store_.RemoteNodes(); !nodes.empty()) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& n : nodes) {
+      rows.push_back({{"name", n.name},
+                      {"slots", n.slots},
+                      {"degraded", n.degraded},
+                      {"io_errors", n.io_errors}});
+    }
+    j["remote_nodes"] = std::move(rows);
+  }
   if (prefix_cache_) {
     model::PrefixCacheStats p = prefix_cache_->Stats();
     j["prefix_cache"] = {{"nodes", p.nodes},

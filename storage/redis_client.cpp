@@ -133,6 +133,7 @@ struct RedisClient::Node {
   std::vector<Context> idle;
   bool serves = false;  // owns slots in the current map (always, for a single server)
   bool degraded = false;
+  uint64_t errors = 0;
   std::chrono::milliseconds backoff{0};
   std::chrono::steady_clock::time_point retry_at;
 };
@@ -219,6 +220,7 @@ Status RedisClient::FailNode(size_t node, const Status& why) {
   MutexLock lock(&mu_);
   Node& n = *nodes_[node];
   const auto now = std::chrono::steady_clock::now();
+  ++n.errors;
   n.idle.clear();  // the others share the cause
   if (!n.degraded) {
     n.degraded = true;
@@ -441,6 +443,21 @@ RedisClientCounters RedisClient::Counters() const {
   c.degraded =
       c.nodes_degraded > 0 || (options_.address.cluster && slots_.empty() && refresh_failed_);
   return c;
+}
+
+std::vector<RemoteNodeCounters> RedisClient::NodeCounters() const {
+  MutexLock lock(&mu_);
+  std::vector<uint64_t> slots(nodes_.size(), 0);
+  for (int32_t owner : slots_) {
+    if (owner >= 0) ++slots[static_cast<size_t>(owner)];
+  }
+  std::vector<RemoteNodeCounters> out;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = *nodes_[i];
+    if (!n.serves && n.errors == 0) continue;
+    out.push_back({n.endpoint.ToString(), slots[i], n.degraded, n.errors});
+  }
+  return out;
 }
 
 }  // namespace hypic::storage

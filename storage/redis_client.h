@@ -37,6 +37,7 @@
 #include "core/status.h"
 #include "core/thread_annotations.h"
 #include "storage/redis_cluster.h"
+#include "storage/remote_tier.h"
 
 struct redisContext;
 struct redisReply;
@@ -111,6 +112,8 @@ class RedisClient {
              const OnReply& on_reply) EXCLUDES(mu_);
 
   RedisClientCounters Counters() const EXCLUDES(mu_);
+  // The nodes serving slots (the server, for one server), and any node that has failed.
+  std::vector<RemoteNodeCounters> NodeCounters() const EXCLUDES(mu_);
 
   // A line for the log: "redis at h:p (auth on)" or "redis cluster seeded by h:p,... (auth on)".
   std::string Describe() const;

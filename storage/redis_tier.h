@@ -73,6 +73,7 @@ class RedisTier : public RemoteTier {
   void Write(EntryHandle entry) override;
   void WaitForWrites() override EXCLUDES(mu_);
   TierCounters Counters() const override;
+  std::vector<RemoteNodeCounters> Nodes() const override { return client_.NodeCounters(); }
 
  private:
   explicit RedisTier(const RedisTierOptions& options);

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/host_buffer.h"
 #include "core/segment_key.h"
@@ -16,6 +18,14 @@
 #include "storage/tier.h"
 
 namespace hypic::storage {
+
+// One node of the remote store, as the tier sees it.
+struct RemoteNodeCounters {
+  std::string name;        // "host:port"
+  uint64_t slots = 0;      // cluster hash slots it serves in the current map (0 for one server)
+  bool degraded = false;   // its circuit breaker is open
+  uint64_t io_errors = 0;  // connection failures, timeouts and refusals to serve, on this node
+};
 
 class RemoteTier {
  public:
@@ -38,6 +48,9 @@ class RemoteTier {
   // chunks were gone), checksum_failures, io_errors, degraded, nodes, nodes_degraded, redirects.
   // entries, bytes and capacity stay 0: what the store holds is the fleet's, not this daemon's.
   virtual TierCounters Counters() const = 0;
+
+  // The nodes serving the store now (one for a single server), and any that failed.
+  virtual std::vector<RemoteNodeCounters> Nodes() const = 0;
 };
 
 }  // namespace hypic::storage

@@ -185,6 +185,10 @@ class TierManager {
 
   // Per present tier, fastest first; the remote tier last.
   std::vector<TierStats> Stats() const;
+  // The remote tier's nodes (RemoteTier::Nodes); empty without a remote tier.
+  std::vector<RemoteNodeCounters> RemoteNodes() const {
+    return remote_ != nullptr ? remote_->Nodes() : std::vector<RemoteNodeCounters>{};
+  }
 
   // ls-style enumeration, ordered by key; at most `limit` entries (0: all).
   std::vector<EntryListing> List(const std::optional<std::string>& name_space = std::nullopt,

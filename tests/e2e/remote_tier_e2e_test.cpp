@@ -180,6 +180,18 @@ TEST_CASE("two daemons sharing a Redis Cluster: remote hits, bitwise the same") 
   CHECK(rb["nodes_degraded"] == 0);
   CHECK(rb["degraded"] == false);
   CHECK(rb["checksum_failures"] == 0);
+  // STATS has a row per master: all the slots between them, none degraded.
+  auto r = cb->Call(Opcode::kStats);
+  REQUIRE_OK(r);
+  const nlohmann::json stats = nlohmann::json::parse(r->text());
+  REQUIRE(stats.contains("remote_nodes"));
+  REQUIRE(stats["remote_nodes"].size() == 3);
+  uint64_t slots = 0;
+  for (const auto& n : stats["remote_nodes"]) {
+    slots += n["slots"].get<uint64_t>();
+    CHECK(n["degraded"] == false);
+  }
+  CHECK(slots == 16384);
 }
 
 }  // namespace

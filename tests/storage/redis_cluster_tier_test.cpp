@@ -185,6 +185,18 @@ TEST_CASE(
   CHECK(c.nodes_degraded == 1);
   CHECK(c.io_errors >= 1);
   CHECK(c.checksum_failures == 0);
+  // Per node: the three masters with all the slots, the victim alone degraded, with its errors.
+  const std::vector<RemoteNodeCounters> nodes = t->Nodes();
+  REQUIRE(nodes.size() == 3);
+  uint64_t slots = 0;
+  for (const RemoteNodeCounters& n : nodes) {
+    CAPTURE(n.name);
+    slots += n.slots;
+    const bool is_victim = n.name == "127.0.0.1:" + std::to_string(cluster.node(victim).port());
+    CHECK(n.degraded == is_victim);
+    CHECK((n.io_errors >= 1) == is_victim);
+  }
+  CHECK(slots == kRedisClusterSlots);
 
   // Back, empty (no persistence), with its slots from nodes.conf: clean misses, then hits again.
   REQUIRE(cluster.node(victim).Start());

@@ -202,6 +202,10 @@ TEST_CASE("redis tier: Redis killed, then restarted: degraded at once, recovered
   CHECK(t->Get(key).status().code() == StatusCode::kIoError);
   CHECK(t->Counters().degraded);
   CHECK(t->Counters().nodes_degraded == 1);
+  REQUIRE(t->Nodes().size() == 1);
+  CHECK(t->Nodes()[0].name == "127.0.0.1:" + std::to_string(server.port()));
+  CHECK(t->Nodes()[0].degraded);
+  CHECK(t->Nodes()[0].io_errors >= 1);
   // While the breaker is open, a Get costs no network time at all.
   for (int i = 0; i < 100; ++i) CHECK(t->Get(key).status().code() == StatusCode::kIoError);
   CHECK(std::chrono::steady_clock::now() - t0 < 1s);
