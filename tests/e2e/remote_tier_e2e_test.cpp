@@ -6,7 +6,10 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "tests/e2e/daemon.h"
@@ -68,6 +71,32 @@ void CheckOutcomes(const protocol::ComposeReply& reply, PartOutcome segments) {
   }
 }
 
+// Two hypicd (A and B, own data dirs) sharing the remote store at `url`, and a connection to
+// each over its unix socket.
+struct SharedPair {
+  std::unique_ptr<Daemon> a, b;
+  std::optional<RawConn> ca, cb;
+};
+SharedPair StartSharing(const std::string& url, const std::string& timeout_ms) {
+  DaemonOptions options;
+  options.args = {"--remote-store",      url,       "--remote-min-tokens", "0",
+                  "--remote-timeout-ms", timeout_ms};
+  SharedPair p;
+  auto a = Daemon::Start(options);
+  REQUIRE_OK(a);
+  auto b = Daemon::Start(options);
+  REQUIRE_OK(b);
+  p.a = std::move(a).value();
+  p.b = std::move(b).value();
+  auto ca = RawConn::UnixHello(p.a->unix_path());
+  REQUIRE_OK(ca);
+  auto cb = RawConn::UnixHello(p.b->unix_path());
+  REQUIRE_OK(cb);
+  p.ca.emplace(std::move(ca).value());
+  p.cb.emplace(std::move(cb).value());
+  return p;
+}
+
 TEST_CASE("two daemons sharing a Redis: A's entries are remote hits on B, bitwise the same") {
   if (!RedisServer::Available()) {
     MESSAGE("skipped: redis-server is not installed (scripts/install-deps.sh)");
@@ -75,17 +104,9 @@ TEST_CASE("two daemons sharing a Redis: A's entries are remote hits on B, bitwis
   }
   RedisServer redis;
   REQUIRE(redis.Start());
-  DaemonOptions options;
-  options.args = {"--remote-store",      redis.Url(), "--remote-min-tokens", "0",
-                  "--remote-timeout-ms", "300"};
-  auto a = Daemon::Start(options);
-  REQUIRE_OK(a);
-  auto b = Daemon::Start(options);
-  REQUIRE_OK(b);
-  auto ca = RawConn::UnixHello((*a)->unix_path());
-  REQUIRE_OK(ca);
-  auto cb = RawConn::UnixHello((*b)->unix_path());
-  REQUIRE_OK(cb);
+  SharedPair pair = StartSharing(redis.Url(), "300");
+  RawConn* ca = &*pair.ca;
+  RawConn* cb = &*pair.cb;
 
   SeededRng rng(18);
   using protocol::PartKind;
@@ -144,17 +165,9 @@ TEST_CASE("two daemons sharing a Redis Cluster: remote hits, bitwise the same") 
   }
   RedisCluster cluster("e2e-secret");
   REQUIRE(cluster.Start());
-  DaemonOptions options;
-  options.args = {"--remote-store",      cluster.Url(2), "--remote-min-tokens", "0",
-                  "--remote-timeout-ms", "2000"};
-  auto a = Daemon::Start(options);
-  REQUIRE_OK(a);
-  auto b = Daemon::Start(options);
-  REQUIRE_OK(b);
-  auto ca = RawConn::UnixHello((*a)->unix_path());
-  REQUIRE_OK(ca);
-  auto cb = RawConn::UnixHello((*b)->unix_path());
-  REQUIRE_OK(cb);
+  SharedPair pair = StartSharing(cluster.Url(2), "2000");
+  RawConn* ca = &*pair.ca;
+  RawConn* cb = &*pair.cb;
   SeededRng rng(1818);
   using protocol::PartKind;
   std::vector<protocol::ComposePart> prompt;
