@@ -9,44 +9,62 @@
 
 namespace hypic::linear {
 
+std::vector<float> ConvTaps(const float* weight, int channels, int kernel) {
+  std::vector<float> taps(static_cast<size_t>(int64_t{kernel} * channels));
+  for (int c = 0; c < channels; ++c) {
+    for (int j = 0; j < kernel; ++j) {
+      taps[static_cast<size_t>(int64_t{j} * channels + c)] = weight[int64_t{c} * kernel + j];
+    }
+  }
+  return taps;
+}
+
+void ConvRows(const ConvShape& shape, const float* x, int64_t ldx, const float* taps,
+              const float* bias, const float* state, int64_t t0, int64_t t1, float* y, int64_t ldy,
+              bool apply_silu) {
+  const int K = shape.kernel, C = shape.channels;
+  // window = [state (K-1 rows) | x (T rows)]: row p of the window is input position p-(K-1).
+  auto row = [&](int64_t p) -> const float* {
+    return p < K - 1 ? state + p * C : x + (p - (K - 1)) * ldx;
+  };
+  for (int64_t t = t0; t < t1; ++t) {
+    float* yt = y + (t - t0) * ldy;
+    for (int c = 0; c < C; ++c) yt[c] = bias != nullptr ? bias[c] : 0.0f;
+    for (int j = 0; j < K; ++j) {
+      const float* xr = row(t + j);
+      const float* wj = taps + int64_t{j} * C;
+      for (int c = 0; c < C; ++c) yt[c] += wj[c] * xr[c];
+    }
+    if (apply_silu) {
+      for (int c = 0; c < C; ++c) yt[c] = Silu(yt[c]);
+    }
+  }
+}
+
+void AdvanceConvState(const ConvShape& shape, const float* x, int64_t ldx, float* state) {
+  const int K = shape.kernel, C = shape.channels;
+  const int64_t T = shape.tokens;
+  if (K <= 1 || T <= 0) return;
+  // The new state is the last K-1 window rows; built in a temporary first because the rows
+  // may come from the old state (T < K-1).
+  std::vector<float> next(static_cast<size_t>(int64_t{K - 1} * C));
+  for (int64_t i = 0; i < K - 1; ++i) {
+    const int64_t p = T + i;  // window row
+    const float* src = p < K - 1 ? state + p * C : x + (p - (K - 1)) * ldx;
+    std::memcpy(next.data() + i * C, src, static_cast<size_t>(C) * sizeof(float));
+  }
+  std::copy(next.begin(), next.end(), state);
+}
+
 void CausalConv(const ConvShape& shape, const float* x, const float* weight, const float* bias,
                 float* state, float* y, bool apply_silu) {
   const int K = shape.kernel, C = shape.channels;
-  const int64_t T = shape.tokens;
-  if (T <= 0 || C <= 0 || K <= 0) return;
-  // window = [state (K-1 rows) | x (T rows)]: row p of the window is input position p-(K-1).
-  auto row = [&](int64_t p) -> const float* {
-    return p < K - 1 ? state + p * C : x + (p - (K - 1)) * C;
-  };
-  // The taps by position, [K, C], so the loops over channels read contiguous weights.
-  std::vector<float> taps(static_cast<size_t>(int64_t{K} * C));
-  for (int c = 0; c < C; ++c) {
-    for (int j = 0; j < K; ++j)
-      taps[static_cast<size_t>(int64_t{j} * C + c)] = weight[int64_t{c} * K + j];
-  }
-  cpu::ParallelFor(T, 16, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      float* yt = y + t * C;
-      for (int c = 0; c < C; ++c) yt[c] = bias != nullptr ? bias[c] : 0.0f;
-      for (int j = 0; j < K; ++j) {
-        const float* xr = row(t + j);
-        const float* wj = taps.data() + int64_t{j} * C;
-        for (int c = 0; c < C; ++c) yt[c] += wj[c] * xr[c];
-      }
-      if (apply_silu) {
-        for (int c = 0; c < C; ++c) yt[c] = Silu(yt[c]);
-      }
-    }
+  if (shape.tokens <= 0 || C <= 0 || K <= 0) return;
+  const std::vector<float> taps = ConvTaps(weight, C, K);
+  cpu::ParallelFor(shape.tokens, 16, [&](int64_t t0, int64_t t1) {
+    ConvRows(shape, x, C, taps.data(), bias, state, t0, t1, y + t0 * C, C, apply_silu);
   });
-  // The new state is the last K-1 window rows; compute into a temporary first because the
-  // rows may come from the old state (T < K-1).
-  if (K > 1) {
-    std::vector<float> next(int64_t{K - 1} * C);
-    for (int i = 0; i < K - 1; ++i) {
-      std::memcpy(next.data() + int64_t{i} * C, row(T + i), C * sizeof(float));
-    }
-    std::copy(next.begin(), next.end(), state);
-  }
+  AdvanceConvState(shape, x, C, state);
 }
 
 }  // namespace hypic::linear

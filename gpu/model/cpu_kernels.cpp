@@ -268,31 +268,44 @@ void CpuForwardKernels::Rope(float* x, int64_t ld, int64_t rows, int64_t heads, 
   ApplyRope(x, ld, rows, heads, head_dim, rotary_dim, theta, pos0);
 }
 
-void CpuForwardKernels::CausalConv(const linear::ConvShape& shape, const float* x,
-                                   const float* weight, float* state, float* y) {
-  linear::CausalConv(shape, x, weight, nullptr, state, y, /*apply_silu=*/true);
-}
-
-void CpuForwardKernels::GdnInputs(const GdnInputArgs& a) {
+void CpuForwardKernels::GdnConvInputs(const GdnInputArgs& a) {
   const int64_t nk = a.key_heads, nv = a.value_heads, dk = a.dk, vw = nv * a.dv;
   const int64_t ch = 2 * nk * dk + vw;
-  cpu::ParallelFor(a.rows, 64, [&](int64_t t0, int64_t t1) {
-    for (int64_t r = t0; r < t1; ++r) {
-      const float* m = a.mixed + r * ch;
-      for (int64_t i = 0; i < nk; ++i) {
-        L2NormRow(m + i * dk, a.q + (r * nk + i) * dk, dk, a.q_scale);
-      }
-      for (int64_t i = 0; i < nk; ++i) {
-        L2NormRow(m + (nk + i) * dk, a.k + (r * nk + i) * dk, dk, 1.0f);
-      }
-      std::memcpy(a.v + r * vw, m + 2 * nk * dk, static_cast<size_t>(vw) * sizeof(float));
-      const float* ba = a.ba + r * a.ld_ba;
-      for (int64_t hh = 0; hh < nv; ++hh) {
-        a.beta[r * nv + hh] = Sigmoid(ba[hh]);
-        a.gate[r * nv + hh] = GdnLogDecay(a.a_log[hh], ba[nv + hh], a.dt_bias[hh]);
+  const linear::ConvShape conv{a.rows, static_cast<int32_t>(ch), a.conv_kernel};
+  if (a.rows <= 0) return;
+  const std::vector<float> taps = linear::ConvTaps(a.conv_weight, conv.channels, conv.kernel);
+  // Rows in tiles of kTileRows: the conv's output for a tile (64 KiB for C = 1,024) stays in
+  // L1/L2 while q, k and v are taken out of it, instead of going to memory and back (at 16k
+  // tokens a [T, C] f32 tensor is 64 MiB, and these loops are bound by memory bandwidth).
+  constexpr int64_t kTileRows = 16;
+  cpu::ParallelFor(a.rows, kTileRows, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<float> tile_kept;
+    if (tile_kept.size() < static_cast<size_t>(kTileRows * ch)) {
+      tile_kept.resize(static_cast<size_t>(kTileRows * ch));
+    }
+    float* const tile = tile_kept.data();
+    for (int64_t s0 = t0; s0 < t1; s0 += kTileRows) {
+      const int64_t s1 = std::min(t1, s0 + kTileRows);
+      linear::ConvRows(conv, a.x, a.ldx, taps.data(), nullptr, a.conv_state, s0, s1, tile, ch,
+                       /*apply_silu=*/true);
+      for (int64_t r = s0; r < s1; ++r) {
+        const float* m = tile + (r - s0) * ch;
+        for (int64_t i = 0; i < nk; ++i) {
+          L2NormRow(m + i * dk, a.q + (r * nk + i) * dk, dk, a.q_scale);
+        }
+        for (int64_t i = 0; i < nk; ++i) {
+          L2NormRow(m + (nk + i) * dk, a.k + (r * nk + i) * dk, dk, 1.0f);
+        }
+        std::memcpy(a.v + r * vw, m + 2 * nk * dk, static_cast<size_t>(vw) * sizeof(float));
+        const float* ba = a.ba + r * a.ld_ba;
+        for (int64_t hh = 0; hh < nv; ++hh) {
+          a.beta[r * nv + hh] = Sigmoid(ba[hh]);
+          a.gate[r * nv + hh] = GdnLogDecay(a.a_log[hh], ba[nv + hh], a.dt_bias[hh]);
+        }
       }
     }
   });
+  linear::AdvanceConvState(conv, a.x, a.ldx, a.conv_state);
 }
 
 void CpuForwardKernels::LinearForward(linear::Variant variant, const linear::Shape& shape,

@@ -31,7 +31,7 @@ void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_d
                int64_t rotary_dim, double theta, int64_t pos0);
 
 // ForwardKernels on the host: every pointer is host memory, memory calls return the host data
-// itself, steps call the functions above (and linear::ChunkedForward / CausalConv).
+// itself, steps call the functions above (and linear::ChunkedForward, short_conv.h).
 class CpuForwardKernels final : public ForwardKernels {
  public:
   CpuForwardKernels();
@@ -63,9 +63,7 @@ class CpuForwardKernels final : public ForwardKernels {
               int64_t cols) override;
   void Rope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim, int64_t rotary_dim,
             double theta, int64_t pos0) override;
-  void CausalConv(const linear::ConvShape& shape, const float* x, const float* weight, float* state,
-                  float* y) override;
-  void GdnInputs(const GdnInputArgs& args) override;
+  void GdnConvInputs(const GdnInputArgs& args) override;
   void LinearForward(linear::Variant variant, const linear::Shape& shape, const linear::Inputs& in,
                      const float* initial, const linear::Outputs& out) override;
   void JumpState(const linear::Shape& shape, const float* transition, const float* zero_state,

@@ -169,9 +169,6 @@ void Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
 
   float* proj = Scratch(kProj, rows * cin);
   k.Gemm(rows, cin, h, xn, h, Weight(g.in_proj), h, proj, cin);
-  float* pre = Scratch(kPre, rows * ch);
-  float* mixed = Scratch(kMixed, rows * ch);
-  k.Copy2D(pre, ch, proj, cin, rows, ch);
   float* q = Scratch(kQ, rows * nk * dk);
   float* kk = Scratch(kK, rows * nk * dk);
   float* v = Scratch(kV, rows * vw);
@@ -198,30 +195,33 @@ void Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
       continue;
     }
     const int64_t r0 = b.row0, n = b.n;
-    k.CausalConv({n, static_cast<int32_t>(ch), static_cast<int32_t>(c.conv_kernel)}, pre + r0 * ch,
-                 Weight(g.conv), conv, mixed + r0 * ch);
+    // The conv reads the projection's q | k | v columns in place; q, k: L2-normalised per head
+    // (eps 1e-6 inside the root), q scaled by 1/sqrt(dk).
+    k.GdnConvInputs({.rows = n,
+                     .key_heads = nk,
+                     .value_heads = nv,
+                     .dk = dk,
+                     .dv = dv,
+                     .q_scale = q_scale,
+                     .x = proj + r0 * cin,
+                     .ldx = cin,
+                     .conv_weight = Weight(g.conv),
+                     .conv_kernel = static_cast<int32_t>(c.conv_kernel),
+                     .conv_state = conv,
+                     .ba = proj + r0 * cin + ch + vw,
+                     .ld_ba = cin,
+                     .a_log = Weight(g.a_log),
+                     .dt_bias = Weight(g.dt_bias),
+                     .q = q + r0 * nk * dk,
+                     .k = kk + r0 * nk * dk,
+                     .v = v + r0 * vw,
+                     .gate = gate + r0 * nv,
+                     .beta = beta + r0 * nv});
     const CaptureTensors* ct = capturing ? &capture_[static_cast<size_t>(li)] : nullptr;
     if (ct != nullptr) {
       k.Copy2D(k.Mirror(ct->conv, conv_floats, /*read=*/false), conv_floats, conv, conv_floats, 1,
                conv_floats);
     }
-    // q, k: L2-normalised per head (eps 1e-6 inside the root), q scaled by 1/sqrt(dk).
-    k.GdnInputs({.rows = n,
-                 .key_heads = nk,
-                 .value_heads = nv,
-                 .dk = dk,
-                 .dv = dv,
-                 .q_scale = q_scale,
-                 .mixed = mixed + r0 * ch,
-                 .ba = proj + r0 * cin + ch + vw,
-                 .ld_ba = cin,
-                 .a_log = Weight(g.a_log),
-                 .dt_bias = Weight(g.dt_bias),
-                 .q = q + r0 * nk * dk,
-                 .k = kk + r0 * nk * dk,
-                 .v = v + r0 * vw,
-                 .gate = gate + r0 * nv,
-                 .beta = beta + r0 * nv});
     // Advances the running state in place over rows [row, row + len) (outputs into o).
     auto run = [&](int64_t row, int64_t len, linear::Outputs out) {
       linear::Inputs in;

@@ -94,8 +94,6 @@ class Model::Pass {
     kXn,
     kY,
     kProj,
-    kPre,
-    kMixed,
     kQ,
     kK,
     kV,

@@ -56,13 +56,20 @@ struct AttentionShape {
   bool bf16_products = false;
 };
 
-// GDN input preparation over rows [0, rows) of the conv output and of the projection.
+// GDN's input step over rows [0, rows): the short causal conv with SiLU (linear/short_conv.h)
+// of the first C = 2*H*dk + HV*dv columns of the projection, read in place, then from its
+// output q and k (L2-normalised per head, q scaled) and v, and from b and a beta and the log
+// decay.
 struct GdnInputArgs {
   int64_t rows = 0;
   int64_t key_heads = 0, value_heads = 0, dk = 0, dv = 0;
-  float q_scale = 1.0f;          // 1/sqrt(dk)
-  const float* mixed = nullptr;  // [rows, 2*H*dk + HV*dv]: q | k | v after the conv
-  const float* ba = nullptr;     // row r at ba + r*ld_ba: b (HV) | a (HV)
+  float q_scale = 1.0f;      // 1/sqrt(dk)
+  const float* x = nullptr;  // row r at x + r*ldx: q | k | v before the conv, C columns
+  int64_t ldx = 0;
+  const float* conv_weight = nullptr;  // [C, K]
+  int32_t conv_kernel = 4;
+  float* conv_state = nullptr;  // [K-1, C], the last K-1 inputs: read, then advanced
+  const float* ba = nullptr;    // row r at ba + r*ld_ba: b (HV) | a (HV)
   int64_t ld_ba = 0;
   const float* a_log = nullptr;    // [HV]
   const float* dt_bias = nullptr;  // [HV]
@@ -128,10 +135,9 @@ class ForwardKernels {
   // NeoX RoPE on the first `rotary_dim` dims of each head; row r is at position pos0 + r.
   virtual void Rope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
                     int64_t rotary_dim, double theta, int64_t pos0) = 0;
-  // The short causal conv with SiLU; `state` [K-1, C] is read and advanced.
-  virtual void CausalConv(const linear::ConvShape& shape, const float* x, const float* weight,
-                          float* state, float* y) = 0;
-  virtual void GdnInputs(const GdnInputArgs& args) = 0;
+  // GdnInputArgs's step: the conv and the recurrence's inputs in one pass over the rows (on the
+  // CPU the conv's output never leaves the cache).
+  virtual void GdnConvInputs(const GdnInputArgs& args) = 0;
   // linear::ChunkedForward's contract (final_state may alias initial_state).
   virtual void LinearForward(linear::Variant variant, const linear::Shape& shape,
                              const linear::Inputs& in, const float* initial,

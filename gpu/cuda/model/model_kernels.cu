@@ -89,17 +89,17 @@ __global__ void RopeKernel(float* x, int64_t ld, int64_t rows, int64_t heads, in
   }
 }
 
-// y[t, c] = silu(sum_j w[c, j] * window[t + j][c]); window = [state (K-1 rows) | x].
-__global__ void ConvKernel(const float* x, const float* w, const float* state, float* y,
-                           int64_t tokens, int channels, int kernel) {
+// y[t, c] = silu(sum_j w[c, j] * window[t + j][c]); window = [state (K-1 rows) | x], x row t
+// at x + t * ldx.
+__global__ void ConvKernel(const float* x, int64_t ldx, const float* w, const float* state,
+                           float* y, int64_t tokens, int channels, int kernel) {
   HYPIC_GRID_STRIDE(i, tokens * channels) {
     const int64_t t = i / channels;
     const int c = static_cast<int>(i % channels);
     float acc = 0.0f;
     for (int j = 0; j < kernel; ++j) {
       const int64_t p = t + j;
-      const float v =
-          p < kernel - 1 ? state[p * channels + c] : x[(p - (kernel - 1)) * channels + c];
+      const float v = p < kernel - 1 ? state[p * channels + c] : x[(p - (kernel - 1)) * ldx + c];
       acc += w[static_cast<int64_t>(c) * kernel + j] * v;
     }
     y[i] = linear::Silu(acc);
@@ -107,22 +107,23 @@ __global__ void ConvKernel(const float* x, const float* w, const float* state, f
 }
 
 // The new conv state: window rows [T, T + K - 1) into `next`.
-__global__ void ConvTailKernel(const float* x, const float* state, float* next, int64_t tokens,
-                               int channels, int kernel) {
+__global__ void ConvTailKernel(const float* x, int64_t ldx, const float* state, float* next,
+                               int64_t tokens, int channels, int kernel) {
   HYPIC_GRID_STRIDE(i, static_cast<int64_t>(kernel - 1) * channels) {
     const int64_t p = tokens + i / channels;
     const int c = static_cast<int>(i % channels);
-    next[i] = p < kernel - 1 ? state[p * channels + c] : x[(p - (kernel - 1)) * channels + c];
+    next[i] = p < kernel - 1 ? state[p * channels + c] : x[(p - (kernel - 1)) * ldx + c];
   }
 }
 
-// One thread per (row, q or k head) for the L2 norms, then per (row, value head) for b and a.
-__global__ void GdnInputsKernel(GdnInputArgs a) {
+// One thread per (row, q or k head) for the L2 norms, then per (row, value head) for b and a;
+// `mixed` [rows, C] is the conv's output.
+__global__ void GdnInputsKernel(GdnInputArgs a, const float* mixed) {
   const int64_t nk = a.key_heads, nv = a.value_heads, dk = a.dk;
   const int64_t ch = 2 * nk * dk + nv * a.dv, per_row = 2 * nk + nv;
   HYPIC_GRID_STRIDE(idx, a.rows * per_row) {
     const int64_t r = idx / per_row, i = idx % per_row;
-    const float* m = a.mixed + r * ch;
+    const float* m = mixed + r * ch;
     if (i < nk) {
       L2NormRow(m + i * dk, a.q + (r * nk + i) * dk, dk, a.q_scale);
     } else if (i < 2 * nk) {
@@ -469,24 +470,23 @@ class CudaForwardKernels final : public ForwardKernels {
     }
   }
 
-  void CausalConv(const linear::ConvShape& shape, const float* x, const float* weight, float* state,
-                  float* y) override {
-    const int C = shape.channels, K = shape.kernel;
-    if (!ok() || shape.tokens <= 0 || C <= 0 || K <= 0) return;
-    Launch(ConvKernel, shape.tokens * C, x, weight, state, y, shape.tokens, C, K);
-    if (K == 1) return;
-    const int64_t tail = int64_t{K - 1} * C;
-    float* next = Alloc<float>(tail);
-    if (!ok()) return;
-    Launch(ConvTailKernel, tail, x, state, next, shape.tokens, C, K);
-    Copy2D(state, tail, next, tail, 1, tail);
-  }
-
-  void GdnInputs(const GdnInputArgs& a) override {
-    if (!ok() || a.rows <= 0) return;
+  void GdnConvInputs(const GdnInputArgs& a) override {
     const int64_t vw = a.value_heads * a.dv, ch = 2 * a.key_heads * a.dk + vw;
-    Launch(GdnInputsKernel, a.rows * (2 * a.key_heads + a.value_heads), a);
-    Copy2D(a.v, vw, a.mixed + 2 * a.key_heads * a.dk, ch, a.rows, vw);
+    const int C = static_cast<int>(ch), K = a.conv_kernel;
+    if (!ok() || a.rows <= 0 || K <= 0) return;
+    float* mixed = Alloc<float>(a.rows * ch);
+    if (!ok()) return;
+    Launch(ConvKernel, a.rows * ch, a.x, a.ldx, a.conv_weight, a.conv_state, mixed, a.rows, C, K);
+    if (K > 1) {
+      const int64_t tail = int64_t{K - 1} * C;
+      float* next = Alloc<float>(tail);
+      if (!ok()) return;
+      Launch(ConvTailKernel, tail, a.x, a.ldx, a.conv_state, next, a.rows, C, K);
+      Copy2D(a.conv_state, tail, next, tail, 1, tail);
+    }
+    Launch(GdnInputsKernel, a.rows * (2 * a.key_heads + a.value_heads), a,
+           static_cast<const float*>(mixed));
+    Copy2D(a.v, vw, mixed + 2 * a.key_heads * a.dk, ch, a.rows, vw);
   }
 
   void LinearForward(linear::Variant variant, const linear::Shape& shape, const linear::Inputs& in,
