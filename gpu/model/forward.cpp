@@ -114,7 +114,8 @@ void Model::Pass::AddCached(const SegmentEntry* entry, int64_t n_cached) {
   cached_tokens_ += n_cached;
 }
 
-Status Model::Pass::Run(bool all_logits, std::vector<float>* logits) {
+Status Model::Pass::Run(bool all_logits, std::vector<float>* logits,
+                        const LayerStateCallback& on_layer) {
   const ModelConfig& c = model_.config_;
   const ModelWeights& w = model_.weights_;
   const int64_t rows = live_tokens(), h = c.hidden_size;
@@ -130,11 +131,11 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits) {
   for (int64_t li = 0; li < c.num_layers; ++li) {
     const LayerWeights& lw = w.layers[static_cast<size_t>(li)];
     k.RmsNorm(x, h, Weight(lw.input_norm), xn, h, rows, h, eps);
-    if (c.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear) {
-      GdnLayer(li, xn, y);
-    } else {
-      AttentionLayer(li, xn, y);
-    }
+    const LayerOut out = c.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear
+                             ? GdnLayer(li, xn, y)
+                             : AttentionLayer(li, xn, y);
+    // The layer's state is final here: it leaves before the MLP and the later layers run.
+    if (on_layer) HYPIC_RETURN_IF_ERROR(EmitLayer(li, out, on_layer));
     k.Add(x, y, rows * h);
     k.RmsNorm(x, h, Weight(lw.post_norm), xn, h, rows, h, eps);
     MlpLayer(li, xn, y);
@@ -155,7 +156,22 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits) {
   return FinishPass();
 }
 
-void Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
+Status Model::Pass::EmitLayer(int64_t li, const LayerOut& out, const LayerStateCallback& on_layer) {
+  ForwardKernels& k = *kernels_;
+  HYPIC_RETURN_IF_ERROR(k.status());  // never hand over the output of a failed step
+  const LayerState& ls = state_.layers[static_cast<size_t>(li)];
+  const bool linear = model_.config_.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear;
+  const auto n_first = static_cast<int64_t>(linear ? ls.state.size() : ls.k.size());
+  const auto n_second = static_cast<int64_t>(linear ? ls.conv.size() : ls.v.size());
+  const float* first = k.ToHost(out.first, n_first, &emit_host_[0]);
+  const float* second = k.ToHost(out.second, n_second, &emit_host_[1]);
+  HYPIC_RETURN_IF_ERROR(k.status());
+  const std::array<StateTensorView, 2> views =
+      LayerStateTensors(model_.config_, static_cast<uint32_t>(li), end_pos_, first, second);
+  return on_layer(static_cast<uint32_t>(li), views);
+}
+
+Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
   ForwardKernels& k = *kernels_;
   const ModelConfig& c = model_.config_;
   const GdnWeights& g = model_.weights_.layers[static_cast<size_t>(li)].gdn;
@@ -251,9 +267,10 @@ void Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
   k.GatedRmsNorm(o, proj + ch, cin, Weight(g.norm), rows, nv, dv,
                  static_cast<float>(c.rms_norm_eps));
   k.Gemm(rows, h, vw, o, vw, Weight(g.out_proj), vw, y, h);
+  return {state, conv};
 }
 
-void Model::Pass::AttentionLayer(int64_t li, const float* xn, float* y) {
+Model::Pass::LayerOut Model::Pass::AttentionLayer(int64_t li, const float* xn, float* y) {
   ForwardKernels& k = *kernels_;
   const ModelConfig& c = model_.config_;
   const AttentionWeights& a = model_.weights_.layers[static_cast<size_t>(li)].attention;
@@ -318,6 +335,7 @@ void Model::Pass::AttentionLayer(int64_t li, const float* xn, float* y) {
               live_positions_);
   k.SigmoidGate(attn, proj + qw, cols, rows, qw);
   k.Gemm(rows, h, qw, attn, qw, Weight(a.o_proj), qw, y, h);
+  return {kc, vc};
 }
 
 void Model::Pass::SwiGlu(const MlpWeights& m, const float* x, int64_t rows, float* out) {

@@ -13,9 +13,13 @@
 // Entry tensors stored in bf16 or f16 are widened into pass-owned fp32 buffers before they reach
 // the kernels, and a capture in those dtypes is computed into fp32 buffers and rounded into the
 // entry after the last kernel, so every kernel sees fp32 only.
+// Run can hand each layer's final state to a callback as soon as that layer's attention or GDN
+// step is done (ComposeOptions::on_layer: per-layer streaming), copied to the host first on a
+// device; the callback runs on the pass's thread, between layers.
 // Not thread-safe; one pass per call, over a const Model.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -48,9 +52,12 @@ class Model::Pass {
   int64_t cached_tokens() const { return cached_tokens_; }
 
   // Runs every layer. Logits for every live row (all_logits) or the last live row only; none
-  // when `logits` is null. Errors: those of CreateForwardKernels for the device, kDeviceError.
+  // when `logits` is null. With `on_layer`, hands it each layer's final state as soon as the
+  // layer's mixer is done (copied to the host first on a device). Errors: those of
+  // CreateForwardKernels for the device, kDeviceError, on_layer's.
   // REQUIRES: at least one live token.
-  Status Run(bool all_logits, std::vector<float>* logits);
+  Status Run(bool all_logits, std::vector<float>* logits,
+             const LayerStateCallback& on_layer = nullptr);
 
  private:
   struct Block {
@@ -81,8 +88,16 @@ class Model::Pass {
   // Finishes the kernels (every Mirror written back), then rounds the capture into its entry.
   Status FinishPass();
 
-  void GdnLayer(int64_t li, const float* xn, float* y);
-  void AttentionLayer(int64_t li, const float* xn, float* y);
+  // The backend's copies of a layer's two state tensors (linear: S, conv tail; attention: the K
+  // and V caches), final once the layer's mixer returns them.
+  struct LayerOut {
+    const float* first = nullptr;
+    const float* second = nullptr;
+  };
+  LayerOut GdnLayer(int64_t li, const float* xn, float* y);
+  LayerOut AttentionLayer(int64_t li, const float* xn, float* y);
+  // Hands layer li's state (host-visible copies of `out`) to on_layer.
+  Status EmitLayer(int64_t li, const LayerOut& out, const LayerStateCallback& on_layer);
   void MlpLayer(int64_t li, const float* xn, float* y);
   void SwiGlu(const MlpWeights& m, const float* x, int64_t rows, float* out);
 
@@ -133,8 +148,9 @@ class Model::Pass {
   std::vector<std::vector<float>> widened_;
   size_t widened_used_ = 0;
 
-  std::vector<float> router_host_;       // MoE router logits staged on the host
-  std::vector<int64_t> live_positions_;  // the position of every live row, in row order
+  std::vector<float> router_host_;               // MoE router logits staged on the host
+  std::array<std::vector<float>, 2> emit_host_;  // EmitLayer's host staging (devices only)
+  std::vector<int64_t> live_positions_;          // the position of every live row, in row order
 };
 
 }  // namespace hypic::model

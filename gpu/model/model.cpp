@@ -93,6 +93,35 @@ Model::Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerpr
   weights_.PackForCpuGemm(config_.hidden_size);
 }
 
+std::array<StateTensorView, 2> LayerStateTensors(const ModelConfig& c, uint32_t layer,
+                                                 int64_t n_positions, const float* first,
+                                                 const float* second) {
+  if (c.layer_kinds[layer] == LayerKind::kLinear) {
+    return {
+        StateTensorView{layer, TensorKind::kState, DType::kF32,
+                        Shape({c.linear_value_heads, c.linear_key_dim, c.linear_value_dim}), first},
+        StateTensorView{layer, TensorKind::kConvTail, DType::kF32,
+                        Shape({c.conv_kernel - 1, c.conv_channels()}), second}};
+  }
+  const Shape kv({n_positions, c.num_kv_heads, c.head_dim});
+  return {StateTensorView{layer, TensorKind::kKey, DType::kF32, kv, first},
+          StateTensorView{layer, TensorKind::kValue, DType::kF32, kv, second}};
+}
+
+std::vector<StateTensorView> StateTensors(const ModelConfig& c, const ModelState& state) {
+  std::vector<StateTensorView> out;
+  for (size_t l = 0; l < state.layers.size(); ++l) {
+    const LayerState& ls = state.layers[l];
+    const bool linear = c.layer_kinds[l] == LayerKind::kLinear;
+    for (const StateTensorView& t : LayerStateTensors(
+             c, static_cast<uint32_t>(l), state.n_positions, linear ? ls.state.data() : ls.k.data(),
+             linear ? ls.conv.data() : ls.v.data())) {
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
 ModelState Model::EmptyState() const {
   ModelState s;
   s.layers.resize(static_cast<size_t>(config_.num_layers));
@@ -307,7 +336,8 @@ Result<ComposeResult> Model::ComposeAfter(ModelState& state, std::span<const Com
   if (parts.empty()) return BadRequest("compose: no parts");
   if (pass.live_tokens() == 0) return BadRequest("compose: no live tokens to run");
   ComposeResult r;
-  HYPIC_RETURN_IF_ERROR(pass.Run(/*all_logits=*/false, options.want_logits ? &r.logits : nullptr));
+  HYPIC_RETURN_IF_ERROR(
+      pass.Run(/*all_logits=*/false, options.want_logits ? &r.logits : nullptr, options.on_layer));
   r.live_tokens = pass.live_tokens();
   r.cached_tokens = pass.cached_tokens();
   return r;

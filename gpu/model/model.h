@@ -5,7 +5,8 @@
 //                                [w, n), per attention layer K/V of [w, n)
 //   Compose(parts, mode)         the last token's logits of a prompt made of cached segments
 //                                and raw parts: live tokens only, operator jumps over the
-//                                cached blocks; optionally the composed state
+//                                cached blocks; optionally the composed state, whole or
+//                                layer by layer as the pass completes each (on_layer)
 //
 // Entry conventions (documented for storage/ and the daemon):
 //  * Attention K is cached AFTER k_norm and BEFORE RoPE; Compose rotates it to the absolute
@@ -40,8 +41,10 @@
 // by the caller.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -83,6 +86,22 @@ struct StateTensorView {
   Shape shape;
   const void* data = nullptr;
 };
+
+// One layer's part of a composed state, handed over by the pass that completes it: the layer's
+// two contract tensors (linear: state, conv tail; attention: key, value over every position of
+// the prompt), F32, in host memory that is valid only for the duration of the call. An error it
+// returns stops the pass and is what the compose returns.
+using LayerStateCallback =
+    std::function<Status(uint32_t layer, std::span<const StateTensorView> tensors)>;
+
+// The two contract tensors of `layer` (docs/state-format.md §2) of a prompt of n_positions
+// tokens, F32, viewing `first` (linear: S; attention: K) and `second` (linear: the conv tail;
+// attention: V). REQUIRES: layer < config.num_layers.
+std::array<StateTensorView, 2> LayerStateTensors(const ModelConfig& config, uint32_t layer,
+                                                 int64_t n_positions, const float* first,
+                                                 const float* second);
+// Every layer's contract tensors in stream order, viewing `state` (which must outlive them).
+std::vector<StateTensorView> StateTensors(const ModelConfig& config, const ModelState& state);
 
 struct PrefillOptions {
   bool all_logits = false;  // logits for every token, else the last token only
@@ -134,6 +153,13 @@ struct ComposeOptions {
   // step of a combine that composes entries as they arrive (see ComposeAfter).
   bool want_logits = true;
   ComputeDevice device = {};
+  // Per-layer streaming of the state: when set, the pass calls it once per layer, in layer
+  // order, as soon as that layer's state is final (right after its attention or GDN step,
+  // before the later layers and the logits run), so a caller can send layer i while layer i+1
+  // computes. The state handed over is the one after every part of this call: for ComposeAfter
+  // set it only on the call that completes the prompt (the last fold step). Independent of
+  // want_state; the logits and the state are the same bits with and without it.
+  LayerStateCallback on_layer = {};
 };
 
 struct ComposeResult {

@@ -94,6 +94,8 @@ Result<model::ComposeResult> FoldAsTheyArrive(const model::Model& model,
     model::ComposeOptions step = options;
     step.want_logits = last && options.want_logits;
     step.want_state = false;
+    // Only the last step completes the state: an earlier one's layers are not final yet.
+    if (!last) step.on_layer = nullptr;
     const Clock::time_point s0 = Clock::now();
     HYPIC_ASSIGN_OR_RETURN(
         model::ComposeResult r,

@@ -52,6 +52,8 @@ struct ColdComposeReport {
 // does, so a prompt's logits are bitwise the same cold and warm (hypicd's end-to-end tests
 // check that); kWhenIdle is the faster cold path (fold.h) and rounds differently (< 1e-5). The
 // combine runs on the calling thread with a CPU worker's compute budget (ScopedComputeThreads).
+// options.on_layer receives each layer of the final state once, from the pass that completes
+// the prompt (the last fold step), never from an earlier fold.
 // kBadRequest for kOracle (oracle entries depend on their context and cannot be scattered) or when
 // the segment options' seam differs from the compose options'; the scheduler's errors otherwise
 // (kBusy, kComputeFailed, kDeadlineExceeded, ...).

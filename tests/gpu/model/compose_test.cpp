@@ -5,7 +5,9 @@
 //  * the two checkpoint formats of the same weights give identical logits;
 //  * the PIC deviation is bounded: KL(full || hypic) well below KL(full || naive), and it falls
 //    as the seam grows;
-//  * entries are well-formed, and bad entries are refused with a message.
+//  * entries are well-formed, and bad entries are refused with a message;
+//  * on_layer (per-layer streaming) gets every layer once, in order, equal to the final state,
+//    before the later layers run, and changes no bit of the logits or the state.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -231,6 +233,132 @@ TEST_CASE("Compose in consecutive runs (ComposeAfter, folds without logits) equa
                               {.mode = ComposeMode::kHypic, .seam_w = 0, .want_logits = false});
   REQUIRE_FALSE(none.ok());
   CHECK(none.status().message().find("no live tokens") != std::string::npos);
+}
+
+// What on_layer saw: the layer, and its two tensors' kinds, shapes and f32 data (copied: the
+// views are valid only during the call).
+struct Emitted {
+  uint32_t layer = 0;
+  std::vector<TensorKind> kinds;
+  std::vector<Shape> shapes;
+  std::vector<std::vector<float>> data;
+};
+
+Emitted Copy(uint32_t layer, std::span<const StateTensorView> tensors) {
+  Emitted e{layer, {}, {}, {}};
+  for (const StateTensorView& t : tensors) {
+    REQUIRE(t.layer == layer);
+    REQUIRE(t.dtype == DType::kF32);
+    const auto* f = static_cast<const float*>(t.data);
+    e.kinds.push_back(t.kind);
+    e.shapes.push_back(t.shape);
+    e.data.emplace_back(f, f + t.shape.NumElements());
+  }
+  return e;
+}
+
+// Every layer once, in order, each equal (bitwise) to that layer of `state` in the contract's
+// tensors.
+void CheckEmittedIsState(const Model& m, const std::vector<Emitted>& got, const ModelState& state) {
+  REQUIRE(got.size() == static_cast<size_t>(m.config().num_layers));
+  const std::vector<StateTensorView> want = StateTensors(m.config(), state);
+  REQUIRE(want.size() == 2 * got.size());
+  for (size_t l = 0; l < got.size(); ++l) {
+    CAPTURE(l);
+    CHECK(got[l].layer == l);
+    REQUIRE(got[l].data.size() == 2);
+    for (size_t j = 0; j < 2; ++j) {
+      const StateTensorView& w = want[2 * l + j];
+      CHECK(got[l].kinds[j] == w.kind);
+      CHECK(got[l].shapes[j] == w.shape);
+      const auto* f = static_cast<const float*>(w.data);
+      CHECK(got[l].data[j] == std::vector<float>(f, f + w.shape.NumElements()));
+    }
+  }
+}
+
+TEST_CASE("on_layer hands over each layer's final state as soon as the pass has it") {
+  ScratchDir dir;
+  auto m = testing::LoadTiny(dir.path());
+  hypic::testing::SeededRng rng(16);
+  auto parts = MakeParts(rng, *m, 4, {30, 22}, 5);
+  REQUIRE_OK(m->PrefillEntries(parts, ComposeMode::kHypic, {.seam_w = 8}));
+  const ComposeOptions plain{.mode = ComposeMode::kHypic, .seam_w = 8, .want_state = true};
+  auto reference = m->Compose(parts, plain);
+  REQUIRE_OK(reference);
+  const ModelConfig& c = m->config();
+
+  SUBCASE("every layer once, in order, equal to the final state; the same logits and state") {
+    for (ComposeMode mode : {ComposeMode::kHypic, ComposeMode::kFull}) {
+      CAPTURE(ComposeModeName(mode));
+      std::vector<Emitted> got;
+      ComposeOptions o = plain;
+      o.mode = mode;
+      auto without = m->Compose(parts, o);
+      REQUIRE_OK(without);
+      o.on_layer = [&](uint32_t layer, std::span<const StateTensorView> tensors) {
+        got.push_back(Copy(layer, tensors));
+        return Status::Ok();
+      };
+      auto with = m->Compose(parts, o);
+      REQUIRE_OK(with);
+      CheckEmittedIsState(*m, got, with->state);
+      CHECK(with->logits == without->logits);
+      for (size_t l = 0; l < with->state.layers.size(); ++l) {
+        CHECK(with->state.layers[l].state == without->state.layers[l].state);
+        CHECK(with->state.layers[l].k == without->state.layers[l].k);
+      }
+      // Without the state kept, the layers still leave (a streaming caller's case).
+      std::vector<Emitted> streamed;
+      o.want_state = false;
+      o.on_layer = [&](uint32_t layer, std::span<const StateTensorView> tensors) {
+        streamed.push_back(Copy(layer, tensors));
+        return Status::Ok();
+      };
+      auto light = m->Compose(parts, o);
+      REQUIRE_OK(light);
+      CHECK(light->state.layers.empty());
+      CHECK(light->logits == without->logits);
+      CheckEmittedIsState(*m, streamed, with->state);
+    }
+  }
+
+  SUBCASE("layer i leaves before layer i + 1 runs: the later layers are untouched then") {
+    // ComposeAfter advances the caller's state in place, so the callback can look at it.
+    ModelState state = m->EmptyState();
+    int calls = 0;
+    ComposeOptions o = plain;
+    o.on_layer = [&](uint32_t layer, std::span<const StateTensorView>) {
+      CHECK(layer == static_cast<uint32_t>(calls));
+      for (size_t later = layer + 1; later < state.layers.size(); ++later) {
+        CAPTURE(later);
+        const LayerState& ls = state.layers[later];
+        if (c.layer_kinds[later] == LayerKind::kLinear) {
+          CHECK(std::all_of(ls.state.begin(), ls.state.end(), [](float v) { return v == 0.0f; }));
+        } else {
+          CHECK(ls.k.empty());  // sized when the attention layer runs
+        }
+      }
+      ++calls;
+      return Status::Ok();
+    };
+    auto r = m->ComposeAfter(state, parts, o);
+    REQUIRE_OK(r);
+    CHECK(calls == c.num_layers);
+    CHECK(r->logits == reference->logits);
+  }
+
+  SUBCASE("an error from on_layer stops the pass: no later layer, no logits") {
+    int calls = 0;
+    ComposeOptions o = plain;
+    o.on_layer = [&](uint32_t, std::span<const StateTensorView>) {
+      ++calls;
+      return Cancelled("the connection closed");
+    };
+    auto r = m->Compose(parts, o);
+    CHECK(r.status().code() == StatusCode::kCancelled);
+    CHECK(calls == 1);
+  }
 }
 
 TEST_CASE("Compose refuses bad requests and foreign entries, naming the problem") {

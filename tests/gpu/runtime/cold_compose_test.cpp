@@ -1,7 +1,8 @@
 // The cold path on the real model (tiny preset): scattering the misses over P workers and
 // folding them as they arrive gives bitwise the same logits as one worker, and within float
 // rounding those of prefilling the entries in place and composing at once; concurrent
-// cold requests sharing segments prefill each segment once, and errors reach the caller.
+// cold requests sharing segments prefill each segment once, and errors reach the caller; a
+// per-layer state callback hears from the last fold step only.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <thread>
 
@@ -207,6 +209,42 @@ TEST_CASE("the streamed combine returns the composed state; a warm request compo
   CHECK(warm_report.fold_steps == 1);
   CHECK(std::memcmp(warm->logits.data(), expect->logits.data(),
                     expect->logits.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("a cold compose hands over each layer once, from the last fold step only") {
+  auto m = TinyModel();
+  Rig rig(2);
+  cpu::ScopedComputeThreads budget(rig.scheduler.cpu_budget());
+  const auto prompt = Prompt(*m, {30, 25, 40, 18}, 6);
+  for (FoldPolicy fold : {FoldPolicy::kEager, FoldPolicy::kWhenIdle, FoldPolicy::kAtEnd}) {
+    CAPTURE(FoldPolicyName(fold));
+    model::ComposeOptions o = Hypic();
+    o.want_state = true;
+    std::vector<uint32_t> layers;
+    std::vector<std::vector<float>> first;  // each layer's first tensor (S or K)
+    o.on_layer = [&](uint32_t layer, std::span<const model::StateTensorView> tensors) {
+      layers.push_back(layer);
+      const auto* f = static_cast<const float*>(tensors[0].data);
+      first.emplace_back(f, f + tensors[0].shape.NumElements());
+      return Status::Ok();
+    };
+    ColdComposeReport report;
+    auto cold = ColdCompose(rig.scheduler, m, prompt, o, Seg(), Clock::now() + 60s, &report, fold);
+    REQUIRE_OK(cold);
+    CHECK(report.misses == 4);  // the prompt's parts carry no entries: every segment misses
+    CHECK(report.fold_steps == (fold == FoldPolicy::kAtEnd ? 1u : 3u));
+    // An earlier fold emitting would show as more calls, or layers out of order.
+    std::vector<uint32_t> want(static_cast<size_t>(m->config().num_layers));
+    std::iota(want.begin(), want.end(), 0u);
+    CHECK(layers == want);
+    REQUIRE(first.size() == want.size());
+    for (size_t l = 0; l < first.size(); ++l) {
+      CAPTURE(l);
+      const model::LayerState& ls = cold->state.layers[l];
+      CHECK(first[l] ==
+            (m->config().layer_kinds[l] == model::LayerKind::kLinear ? ls.state : ls.k));
+    }
+  }
 }
 
 TEST_CASE("the segment options' entry dtypes reach the jobs: their key, their entries") {
