@@ -420,6 +420,7 @@ Bytes Encode(const ComposeOptions& m) {
   return EncodeWith(m, [](WireWriter& w, const ComposeOptions& x) {
     WriteEnum(w, x.state_dtype);
     WriteEnum(w, x.logits);
+    if (x.state_layout != StateLayout::kHeadFirst) WriteEnum(w, x.state_layout);
   });
 }
 
@@ -429,6 +430,13 @@ Result<ComposeOptions> Decode<ComposeOptions>(ByteSpan bytes) {
   ComposeOptions m;
   HYPIC_RETURN_IF_ERROR(ReadEnum(r, &m.state_dtype, kMaxDType, "state dtype"));
   HYPIC_RETURN_IF_ERROR(ReadEnum(r, &m.logits, kMaxLogitsMode, "logits mode"));
+  if (r.remaining() > 0) {
+    // Present only when not the default, so each options value has one encoding.
+    HYPIC_RETURN_IF_ERROR(ReadEnum(r, &m.state_layout, kMaxStateLayout, "state layout"));
+    if (m.state_layout == StateLayout::kHeadFirst) {
+      return BadRequest("COMPOSE options: the head-first state layout is sent as two bytes");
+    }
+  }
   HYPIC_RETURN_IF_ERROR(r.Finish("COMPOSE options"));
   return m;
 }
@@ -619,8 +627,10 @@ Result<Bytes> EncodeTensorStream(std::span<const StreamTensor> tensors) {
   return out;
 }
 
-Result<std::vector<StreamTensor>> DecodeTensorStream(ByteSpan bytes) {
-  WireReader r(bytes);
+namespace {
+
+// A tensor stream at the start of `r`'s bytes; what follows it is left in `r`.
+Result<std::vector<StreamTensor>> ReadTensorStream(WireReader& r) {
   uint32_t n = 0;
   HYPIC_RETURN_IF_ERROR(r.Count(&n, kMaxStreamTensors, 16, "stream tensors"));
   std::vector<StreamTensor> out(n);
@@ -657,8 +667,30 @@ Result<std::vector<StreamTensor>> DecodeTensorStream(ByteSpan bytes) {
     }
     HYPIC_RETURN_IF_ERROR(r.View(static_cast<size_t>(nbytes), &t.data, "tensor data"));
   }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<StreamTensor>> DecodeTensorStream(ByteSpan bytes) {
+  WireReader r(bytes);
+  HYPIC_ASSIGN_OR_RETURN(std::vector<StreamTensor> out, ReadTensorStream(r));
   HYPIC_RETURN_IF_ERROR(r.Finish("tensor stream"));
   return out;
+}
+
+Result<ComposeReply> DecodeComposeReply(ByteSpan body, StateLayout layout) {
+  if (layout == StateLayout::kHeadFirst) return Decode<ComposeReply>(body);
+  WireReader r(body);
+  HYPIC_RETURN_IF_ERROR(ReadTensorStream(r).status());
+  const ByteSpan stream = body.first(body.size() - r.remaining());
+  HYPIC_ASSIGN_OR_RETURN(ComposeReply m, Decode<ComposeReply>(r.Rest()));
+  if (!m.has_state || !m.state.empty()) {
+    return BadRequest(m.has_state ? "bytes after the head of a state-first COMPOSE reply"
+                                  : "a state-first COMPOSE reply whose head says it has no state");
+  }
+  m.state.assign(stream.begin(), stream.end());
+  return m;
 }
 
 }  // namespace hypic::protocol

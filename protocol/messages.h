@@ -51,6 +51,7 @@ std::string_view TierName(Tier t);  // "none", "hbm", "host", "ssd"
 inline constexpr uint64_t kFeatureXxh3 = 1u << 0;         // accepts xxh3-64 body checksums
 inline constexpr uint64_t kFeatureChunked = 1u << 1;      // accepts kFlagMore streams
 inline constexpr uint64_t kFeatureStateInline = 1u << 2;  // COMPOSE can return the state
+inline constexpr uint64_t kFeatureStateFirst = 1u << 3;   // COMPOSE takes StateLayout kStateFirst
 
 struct HelloRequest {
   uint16_t min_version = kMinVersion;
@@ -179,10 +180,24 @@ enum class LogitsMode : uint8_t {
 };
 inline constexpr uint8_t kMaxLogitsMode = 1;
 
-// COMPOSE request ext (empty ext = the defaults): how the reply encodes what it returns.
+// Where a COMPOSE reply that returns the state puts it (README §4, §5.2).
+enum class StateLayout : uint8_t {
+  // The head (parts, timings, logits), then the tensor stream: the state leaves once the
+  // compose has finished.
+  kHeadFirst = 0,
+  // The tensor stream, then the head: each layer leaves as soon as the compose has it, the
+  // head (whose logits come last) ends the reply. Needs CHUNKED and return_state.
+  kStateFirst = 1,
+};
+inline constexpr uint8_t kMaxStateLayout = 1;
+
+// COMPOSE request ext (empty ext = the defaults): how the reply encodes what it returns. The
+// layout byte is written only when it is not kHeadFirst, so a daemon that predates it (and
+// rejects a third byte) still takes every ext that asks for the head-first layout.
 struct ComposeOptions {
   DType state_dtype = DType::kF32;  // the state's tensors: kF32, kBF16 or kF16 (server-checked)
   LogitsMode logits = LogitsMode::kTopK;
+  StateLayout state_layout = StateLayout::kHeadFirst;
   friend bool operator==(const ComposeOptions&, const ComposeOptions&) = default;
 };
 
@@ -302,6 +317,11 @@ Result<ComposeOptions> DecodeComposeOptions(ByteSpan ext);
 // over those bytes (has_state then true with an empty `state`) and the rest with a
 // TensorStreamParser (protocol/tensor_stream_parser.h).
 Result<std::optional<size_t>> ComposeReplyHeadSize(ByteSpan bytes);
+
+// A whole COMPOSE reply body in `layout`. kHeadFirst is Decode<ComposeReply>. kStateFirst is
+// a tensor stream followed by the head, whose has_state must be true: decoded into the same
+// ComposeReply (`state` = the stream's bytes). kBadRequest/kTooLarge when malformed.
+Result<ComposeReply> DecodeComposeReply(ByteSpan body, StateLayout layout);
 
 // The tensor stream: the composed state (README "Tensor stream"). Tensors are views into the
 // decoded bytes, which must outlive them.

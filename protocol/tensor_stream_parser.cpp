@@ -30,8 +30,25 @@ bool TensorStreamParser::Gather(ByteSpan& bytes, size_t want) {
 }
 
 Status TensorStreamParser::Feed(ByteSpan bytes) {
+  size_t consumed = 0;
+  HYPIC_RETURN_IF_ERROR(FeedPrefix(bytes, &consumed));
+  if (consumed < bytes.size()) {
+    return Fail(BadRequest("tensor stream: " + std::to_string(bytes.size() - consumed) +
+                           " bytes after the last tensor"));
+  }
+  return Status::Ok();
+}
+
+Status TensorStreamParser::FeedPrefix(ByteSpan bytes, size_t* consumed) {
+  ByteSpan left = bytes;
+  Status st = Consume(left);
+  *consumed = bytes.size() - left.size();
+  return st;
+}
+
+Status TensorStreamParser::Consume(ByteSpan& bytes) {
   if (!error_.ok()) return error_;
-  while (!bytes.empty()) {
+  while (!bytes.empty() && step_ != Step::kEnd) {
     switch (step_) {
       case Step::kCount: {
         if (!Gather(bytes, 4)) return Status::Ok();
@@ -115,9 +132,7 @@ Status TensorStreamParser::Feed(ByteSpan bytes) {
         if (filled_ == cur_.data.size()) HYPIC_RETURN_IF_ERROR(OnHead());
         break;
       }
-      case Step::kEnd:
-        return Fail(BadRequest("tensor stream: " + std::to_string(bytes.size()) +
-                               " bytes after the last tensor"));
+      case Step::kEnd: break;  // not reached: the loop stops there
     }
   }
   // A zero-byte tensor whose nbytes field was the last thing fed is complete already.

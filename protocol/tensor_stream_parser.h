@@ -1,8 +1,8 @@
 // TensorStreamParser: the incremental decoder of a tensor stream (README §5.3), for a receiver
 // that takes a streamed COMPOSE state chunk by chunk (a frontend loading layer i while layer
-// i+1 is in flight). Bytes go in in pieces of any size; each tensor is handed to the callback
-// as soon as its last byte is in, with its own copy of the data (so the receiver never keeps
-// the whole stream).
+// i+1 is in flight), alone (Feed) or followed by other bytes (FeedPrefix). Bytes go in in pieces of
+// any size; each tensor is handed to the callback as soon as its last byte is in, with its own copy
+// of the data (so the receiver never keeps the whole stream).
 //
 // It accepts exactly what DecodeTensorStream accepts (the fuzz target tensor_stream checks the
 // two against each other on every split of the input): the tensor count capped at
@@ -47,6 +47,12 @@ class TensorStreamParser {
   // Consumes all of `bytes`. Errors: kBadRequest (malformed; bytes past the last tensor
   // included), kTooLarge (a count or tensor over its limit), or the callback's error.
   Status Feed(ByteSpan bytes);
+  // As Feed, for a stream that other bytes follow (a state-first COMPOSE reply, whose head
+  // comes after its state): stops after the last tensor and sets *consumed to the bytes of
+  // `bytes` that were the stream's; the rest are the caller's.
+  Status FeedPrefix(ByteSpan bytes, size_t* consumed);
+  // Whether the count was read and every tensor delivered.
+  bool complete() const { return step_ == Step::kEnd; }
   // OK when the stream is complete (the count read and every tensor delivered); kBadRequest
   // when it ended early.
   Status Finish() const;
@@ -58,6 +64,8 @@ class TensorStreamParser {
   enum class Step : uint8_t { kCount, kFixed, kDims, kNbytes, kData, kEnd };
   // Takes up to `want` bytes of `bytes` into head_; true once head_ holds `want`.
   bool Gather(ByteSpan& bytes, size_t want);
+  // Takes bytes from the front of `bytes` until it is empty or the stream complete.
+  Status Consume(ByteSpan& bytes);
   Status OnHead();
   Status Fail(Status s);
 

@@ -4,7 +4,8 @@
 // whatever the split; a tensor limit below a tensor's size must fail, never allocate it. The same
 // bytes are also read as a COMPOSE reply: ComposeReplyHeadSize must agree with Decode (a reply
 // that decodes has its head exactly where the state begins) and never claim more bytes than it
-// was given.
+// was given. And as a state-first COMPOSE reply (the stream, then the head): one that decodes has
+// a stream that decodes alone, and its stream and re-encoded head are the input bytes.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +26,22 @@ void CheckComposeHead(hypic::protocol::ByteSpan bytes) {
   if (**head != bytes.size() - state) std::abort();
 }
 
+void CheckStateFirst(hypic::protocol::ByteSpan bytes) {
+  using namespace hypic::protocol;
+  auto reply = DecodeComposeReply(bytes, StateLayout::kStateFirst);
+  if (!reply.ok()) return;
+  if (!DecodeTensorStream(ByteSpan(reply->state)).ok()) std::abort();
+  ComposeReply head = *reply;
+  head.state.clear();
+  Bytes again = reply->state;
+  const Bytes h = Encode(head);
+  again.insert(again.end(), h.begin(), h.end());
+  if (again.size() != bytes.size() ||
+      (!again.empty() && std::memcmp(again.data(), bytes.data(), again.size()) != 0)) {
+    std::abort();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -32,6 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t piece = data[0] % 33 == 0 ? size : data[0] % 33;
   hypic::protocol::ByteSpan stream(reinterpret_cast<const std::byte*>(data + 1), size - 1);
   CheckComposeHead(stream);
+  CheckStateFirst(stream);
   auto whole = hypic::protocol::DecodeTensorStream(stream);
   std::vector<hypic::protocol::OwnedStreamTensor> got;
   hypic::protocol::TensorStreamParser parser(

@@ -225,6 +225,71 @@ TEST_CASE("COMPOSE options: an empty ext is f32 + top-k; every byte is checked")
   CHECK_FALSE(DecodeComposeOptions(ByteSpan(longer)).ok());
 }
 
+TEST_CASE("COMPOSE options: the state layout byte is there only for state first, and checked") {
+  const ComposeOptions first{DType::kBF16, LogitsMode::kFull, StateLayout::kStateFirst};
+  Bytes e = Encode(first);
+  CHECK(e == Bytes{std::byte{2}, std::byte{1}, std::byte{1}});
+  auto back = DecodeComposeOptions(ByteSpan(e));
+  REQUIRE_OK(back);
+  CHECK(*back == first);
+  // The head-first layout is the two-byte form (what daemons before the layout byte take);
+  // the same value spelled with a third byte would be a second encoding.
+  CHECK(Encode(ComposeOptions{DType::kBF16, LogitsMode::kFull}).size() == 2);
+  Bytes spelled = Encode(ComposeOptions{DType::kBF16, LogitsMode::kFull});
+  spelled.push_back(std::byte{0});
+  CHECK(DecodeComposeOptions(ByteSpan(spelled)).status().code() == StatusCode::kBadRequest);
+  Bytes unknown = e;
+  unknown[2] = std::byte{kMaxStateLayout + 1};
+  auto bad = DecodeComposeOptions(ByteSpan(unknown));
+  CHECK(bad.status().code() == StatusCode::kBadRequest);
+  CHECK_MESSAGE(bad.status().message().find("state layout 2") != std::string::npos,
+                bad.status().message());
+  Bytes four = e;
+  four.push_back(std::byte{1});
+  CHECK(DecodeComposeOptions(ByteSpan(four)).status().code() == StatusCode::kBadRequest);
+}
+
+TEST_CASE("a state-first COMPOSE reply: the stream, then the head; it decodes to the same reply") {
+  SeededRng rng(17);
+  for (int iter = 0; iter < 20; ++iter) {
+    CAPTURE(iter);
+    ComposeReply m = MakeComposeReply(rng, true);
+    // A real tensor stream (the state-first decoder must find where it ends).
+    std::vector<float> data = rng.NormalVector(rng.UniformInt(0, 12));
+    StreamTensor t{0, TensorKind::kState, DType::kF32, Shape{static_cast<int64_t>(data.size())},
+                   ByteSpan(reinterpret_cast<const std::byte*>(data.data()), data.size() * 4)};
+    auto stream = EncodeTensorStream(std::span<const StreamTensor>(&t, 1));
+    REQUIRE_OK(stream);
+    m.state = *stream;
+    ComposeReply head = m;
+    head.state.clear();
+    Bytes body = *stream;
+    const Bytes h = Encode(head);
+    body.insert(body.end(), h.begin(), h.end());
+    auto got = DecodeComposeReply(ByteSpan(body), StateLayout::kStateFirst);
+    REQUIRE_OK(got);
+    CHECK(*got == m);
+    auto same = DecodeComposeReply(ByteSpan(Encode(m)), StateLayout::kHeadFirst);
+    REQUIRE_OK(same);
+    CHECK(*same == m);
+    // Every truncation fails; so does a head that says it has no state, or bytes after it.
+    for (size_t n = 0; n < body.size(); n += 1 + body.size() / 50) {
+      CHECK_FALSE(DecodeComposeReply(ByteSpan(body).first(n), StateLayout::kStateFirst).ok());
+    }
+    ComposeReply stateless = head;
+    stateless.has_state = false;
+    Bytes no_state = *stream;
+    const Bytes s = Encode(stateless);
+    no_state.insert(no_state.end(), s.begin(), s.end());
+    CHECK(DecodeComposeReply(ByteSpan(no_state), StateLayout::kStateFirst).status().code() ==
+          StatusCode::kBadRequest);
+    Bytes longer = body;
+    longer.push_back(std::byte{7});
+    CHECK(DecodeComposeReply(ByteSpan(longer), StateLayout::kStateFirst).status().code() ==
+          StatusCode::kBadRequest);
+  }
+}
+
 TEST_CASE("the COMPOSE reply head: its size is found from every prefix, then it decodes") {
   SeededRng rng(16);
   for (int iter = 0; iter < 20; ++iter) {

@@ -1,7 +1,7 @@
 // TensorStreamParser: fed in pieces of any size it yields exactly the tensors DecodeTensorStream
 // gives for the whole stream, and it rejects what DecodeTensorStream rejects (truncation,
 // trailing bytes, bad enums, lying sizes), with tensors over its limit refused before any
-// allocation.
+// allocation; FeedPrefix takes a stream that other bytes follow and leaves them.
 #include "protocol/tensor_stream_parser.h"
 
 #include <doctest/doctest.h>
@@ -117,6 +117,41 @@ TEST_CASE("every truncation fails at Finish; a trailing byte fails at Feed") {
   Status st = FeedInPieces(ByteSpan(longer), &got, [] { return size_t{1}; });
   CHECK(st.code() == StatusCode::kBadRequest);
   CHECK(st.message().find("after the last tensor") != std::string::npos);
+}
+
+TEST_CASE("FeedPrefix stops at the stream's end, in any pieces, and leaves the rest") {
+  SeededRng rng(1604);
+  for (int iter = 0; iter < 20; ++iter) {
+    CAPTURE(iter);
+    Stream s = MakeStream(rng, rng.UniformInt(0, 6));
+    auto whole = DecodeTensorStream(ByteSpan(s.bytes));
+    REQUIRE_OK(whole);
+    Bytes tail(rng.UniformInt(0, 30));
+    for (auto& b : tail) b = std::byte(rng.UniformInt(0, 255));
+    Bytes all = s.bytes;
+    all.insert(all.end(), tail.begin(), tail.end());
+    for (size_t piece : {size_t{1}, size_t{7}, all.size()}) {
+      CAPTURE(piece);
+      std::vector<OwnedStreamTensor> got;
+      TensorStreamParser p([&](OwnedStreamTensor&& t) {
+        got.push_back(std::move(t));
+        return Status::Ok();
+      });
+      Bytes rest;
+      for (size_t at = 0; at < all.size(); at += piece) {
+        const ByteSpan bytes = ByteSpan(all).subspan(at, std::min(piece, all.size() - at));
+        size_t used = 0;
+        REQUIRE_OK(p.FeedPrefix(bytes, &used));
+        CHECK(used <= bytes.size());
+        CHECK((used == bytes.size() || p.complete()));  // stops early only at the end
+        rest.insert(rest.end(), bytes.begin() + static_cast<ptrdiff_t>(used), bytes.end());
+      }
+      CHECK(p.complete());
+      REQUIRE_OK(p.Finish());
+      CHECK(rest == tail);
+      CheckSame(got, *whole);
+    }
+  }
 }
 
 TEST_CASE("bad enums, rank, reserved byte and sizes are rejected; a big tensor before allocation") {
