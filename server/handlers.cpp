@@ -7,26 +7,18 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 
 #include "core/logging.h"
 #include "gpu/runtime/model_jobs.h"
 #include "protocol/wire_codec.h"
+#include "server/state_stream.h"
 #include "server/tenants.h"
 #include "storage/entry_format.h"
 
 namespace hypic::server {
 
 using namespace std::chrono_literals;
-
-// One tensor of the composed state, in the order and with the shapes of the state contract
-// (docs/state-format.md): per linear layer its state and conv tail, per attention layer K and V
-// over every position of the prompt.
-struct StateTensor {
-  uint32_t layer = 0;
-  TensorKind kind = TensorKind::kState;
-  Shape shape;
-  const std::vector<float>* data = nullptr;
-};
 
 namespace {
 
@@ -63,60 +55,6 @@ Status CheckDeadline(const Request& req) {
   return Status::Ok();
 }
 
-std::vector<StateTensor> StateTensors(const model::ModelConfig& c, const model::ModelState& state) {
-  std::vector<StateTensor> out;
-  for (size_t l = 0; l < state.layers.size(); ++l) {
-    const auto& ls = state.layers[l];
-    auto layer = static_cast<uint32_t>(l);
-    if (c.layer_kinds[l] == model::LayerKind::kLinear) {
-      out.push_back({layer, TensorKind::kState,
-                     Shape({c.linear_value_heads, c.linear_key_dim, c.linear_value_dim}),
-                     &ls.state});
-      out.push_back(
-          {layer, TensorKind::kConvTail, Shape({c.conv_kernel - 1, c.conv_channels()}), &ls.conv});
-    } else {
-      Shape kv({state.n_positions, c.num_kv_heads, c.head_dim});
-      out.push_back({layer, TensorKind::kKey, kv, &ls.k});
-      out.push_back({layer, TensorKind::kValue, kv, &ls.v});
-    }
-  }
-  return out;
-}
-
-// A tensor's header in the stream (README §5.3), for `n` elements of `dtype`.
-void WriteTensorHeader(protocol::WireWriter& w, const StateTensor& t, DType dtype) {
-  w.U32(t.layer);
-  w.U8(static_cast<uint8_t>(t.kind));
-  w.U8(static_cast<uint8_t>(dtype));
-  w.U8(static_cast<uint8_t>(t.shape.rank()));
-  w.U8(0);
-  for (int i = 0; i < t.shape.rank(); ++i) w.I64(t.shape[i]);
-  w.U64(t.data->size() * DTypeSize(dtype));
-}
-
-uint64_t TensorHeaderBytes(const StateTensor& t) {
-  return 8 + 8 * static_cast<uint64_t>(t.shape.rank()) + 8;
-}
-
-// The stream's bytes: n_tensors, then each header and its data in `dtype` (rounded to nearest
-// even once, from the fp32 state).
-uint64_t StreamBytes(std::span<const StateTensor> tensors, DType dtype) {
-  uint64_t n = 4;
-  for (const auto& t : tensors) n += TensorHeaderBytes(t) + t.data->size() * DTypeSize(dtype);
-  return n;
-}
-
-void AppendConverted(protocol::Bytes& out, const std::vector<float>& data, DType dtype) {
-  size_t at = out.size();
-  out.resize(at + data.size() * DTypeSize(dtype));
-  if (data.empty()) return;
-  if (dtype == DType::kF32) {
-    std::memcpy(out.data() + at, data.data(), data.size() * sizeof(float));
-  } else {
-    ConvertElements(DType::kF32, data.data(), dtype, out.data() + at, data.size());
-  }
-}
-
 }  // namespace
 
 Handlers::Handlers(const ServerConfig& config, Metrics& metrics, ComputeQueue& compute,
@@ -137,7 +75,8 @@ Handlers::~Handlers() = default;
 
 protocol::HelloReply Handlers::HelloInfo() const {
   protocol::HelloReply r;
-  r.features = protocol::kFeatureXxh3 | protocol::kFeatureChunked | protocol::kFeatureStateInline;
+  r.features = protocol::kFeatureXxh3 | protocol::kFeatureChunked | protocol::kFeatureStateInline |
+               protocol::kFeatureStateFirst;
   r.server_version = std::string(kServerVersion);
   r.model_name = config_.model;
   if (model_) r.model_fingerprint = model_->fingerprint();
@@ -669,6 +608,15 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
     return BadRequest(fmt::format("COMPOSE state_dtype {}: the state is sent as F32, BF16 or F16",
                                   DTypeName(state_dtype)));
   }
+  const bool state_first = reply_options.state_layout == protocol::StateLayout::kStateFirst;
+  if (state_first && !in.return_state) {
+    return BadRequest("COMPOSE state layout state_first needs return_state");
+  }
+  if (state_first && !req.chunks) {
+    return BadRequest(
+        "COMPOSE state layout state_first streams the state while the compose runs: announce "
+        "CHUNKED in HELLO");
+  }
   bool prefix_mode = in.mode == protocol::ComposeMode::kPrefix;
   if (prefix_mode && !prefix_cache_) {
     return Unsupported(
@@ -788,6 +736,16 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
   options.mode = mode;
   options.seam_w = seam;
   options.want_state = in.return_state;
+  // State first: each layer leaves as the pass completes it, so the state is not kept.
+  std::optional<StateStreamer> streamer;
+  if (state_first) {
+    streamer.emplace(req, state_dtype, 2 * static_cast<uint32_t>(model_->config().num_layers),
+                     protocol::Bytes(), StreamChunkBytes(), StreamFlushTimeout());
+    options.want_state = false;
+    options.on_layer = [&streamer](uint32_t, std::span<const model::StateTensorView> tensors) {
+      return streamer->Layer(tensors);
+    };
+  }
   Result<model::ComposeResult> composed = Internal("unset");
   if (prefix_mode) {
     composed = ComposePrefix(in.name_space, parts, out);
@@ -839,8 +797,11 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
   if (!in.return_state) return protocol::Encode(out);
 
   out.has_state = true;
+  // State first, the stream is out already: the head (has_state and no stream) ends the reply.
+  if (state_first) return protocol::Encode(out);
   auto result = std::make_shared<model::ComposeResult>(std::move(composed).value());
-  const std::vector<StateTensor> tensors = StateTensors(model_->config(), result->state);
+  const std::vector<model::StateTensorView> tensors =
+      model::StateTensors(model_->config(), result->state);
   protocol::Bytes head = protocol::Encode(out);  // has_state and no stream yet: the head
   const uint64_t total = head.size() + StreamBytes(tensors, state_dtype);
   if (!req.chunks) {
@@ -856,10 +817,7 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
     body.reserve(total);
     protocol::WireWriter w(&body);
     w.U32(static_cast<uint32_t>(tensors.size()));
-    for (const auto& t : tensors) {
-      WriteTensorHeader(w, t, state_dtype);
-      AppendConverted(body, *t.data, state_dtype);
-    }
+    for (const auto& t : tensors) AppendTensor(body, t, state_dtype);
     return body;
   }
   if (total > config_.max_message_bytes) {
@@ -867,77 +825,22 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
         fmt::format("the COMPOSE reply with its {} state is {} bytes, over max_message_bytes {}",
                     DTypeName(state_dtype), total, config_.max_message_bytes));
   }
-  return StreamState(req, std::move(head), result, tensors, state_dtype);
-}
-
-Result<protocol::Bytes> Handlers::StreamState(const Request& req, protocol::Bytes head,
-                                              std::shared_ptr<const model::ComposeResult> result,
-                                              std::span<const StateTensor> tensors, DType dtype) {
-  // Chunks of at most kStreamChunk (or the frame limit): a frontend can start on a layer while
-  // the next is in flight, and a chunk's write is short against the write deadline.
-  const uint64_t piece = std::min<uint64_t>(config_.max_body_bytes, kStreamChunk);
-  const auto flush_timeout = std::chrono::milliseconds(config_.idle_timeout_ms) + 5s;
-  auto queue_owned = [&](protocol::Bytes bytes) {
-    Reply r = Reply::Ok(req, std::move(bytes));
-    return req.chunks->Queue(std::move(r));
-  };
-  auto queue_view = [&](std::shared_ptr<const void> owner, const std::byte* data,
-                        uint64_t n) -> Status {
-    for (uint64_t at = 0; at < n; at += piece) {
-      Reply r = Reply::Ok(req);
-      r.view_owner = owner;
-      r.view = protocol::ByteSpan(data + at, std::min(piece, n - at));
-      HYPIC_RETURN_IF_ERROR(req.chunks->Queue(std::move(r)));
-    }
-    return Status::Ok();
-  };
-  {
-    protocol::WireWriter w(&head);
-    w.U32(static_cast<uint32_t>(tensors.size()));
-  }
-  HYPIC_RETURN_IF_ERROR(queue_owned(std::move(head)));
-  // Layer by layer: its tensors (converted once, when the dtype is not f32) are queued, then
-  // written before the next layer is converted, so at most one layer's converted tensors are
-  // held beside the composed state. F32 tensors are sent from the composed state itself.
-  for (size_t i = 0; i < tensors.size();) {
-    const uint32_t layer = tensors[i].layer;
-    std::shared_ptr<protocol::Bytes> converted;
-    if (dtype != DType::kF32) {
-      converted = std::make_shared<protocol::Bytes>();
-      uint64_t n = 0;
-      for (size_t j = i; j < tensors.size() && tensors[j].layer == layer; ++j) {
-        n += tensors[j].data->size() * DTypeSize(dtype);
-      }
-      converted->reserve(n);
-    }
-    size_t end = i;
-    while (end < tensors.size() && tensors[end].layer == layer) ++end;
-    // Convert the whole layer first (the views into `converted` must not move).
-    std::vector<size_t> offsets;
-    for (size_t j = i; j < end && converted; ++j) {
-      offsets.push_back(converted->size());
-      AppendConverted(*converted, *tensors[j].data, dtype);
-    }
-    for (size_t j = i; j < end; ++j) {
-      const StateTensor& t = tensors[j];
-      protocol::Bytes header;
-      protocol::WireWriter w(&header);
-      WriteTensorHeader(w, t, dtype);
-      HYPIC_RETURN_IF_ERROR(queue_owned(std::move(header)));
-      const uint64_t n = t.data->size() * DTypeSize(dtype);
-      if (converted) {
-        HYPIC_RETURN_IF_ERROR(queue_view(converted, converted->data() + offsets[j - i], n));
-      } else {
-        // Aliasing: the chunk keeps the whole composed result alive, and views this tensor.
-        std::shared_ptr<const void> owner(result, t.data->data());
-        HYPIC_RETURN_IF_ERROR(
-            queue_view(owner, reinterpret_cast<const std::byte*>(t.data->data()), n));
-      }
-    }
-    HYPIC_RETURN_IF_ERROR(req.chunks->Flush(flush_timeout));
-    i = end;
+  // Head first: layer by layer, every layer's f32 tensors viewing the composed state.
+  StateStreamer stream(req, state_dtype, static_cast<uint32_t>(tensors.size()), std::move(head),
+                       StreamChunkBytes(), StreamFlushTimeout());
+  for (size_t i = 0; i < tensors.size(); i += 2) {
+    HYPIC_RETURN_IF_ERROR(stream.Layer(std::span(tensors).subspan(i, 2), result));
   }
   return protocol::Bytes();  // the final chunk: the stream is complete
+}
+
+uint64_t Handlers::StreamChunkBytes() const {
+  return std::min<uint64_t>(config_.max_body_bytes, kStreamChunk);
+}
+
+std::chrono::milliseconds Handlers::StreamFlushTimeout() const {
+  // Past the session's write deadline, which closes a connection that stopped reading first.
+  return std::chrono::milliseconds(config_.idle_timeout_ms) + 5s;
 }
 
 Result<model::ComposeResult> Handlers::ComposePrefix(const std::string& name_space,

@@ -14,6 +14,10 @@
 // token or a trusted peer span every namespace. Quotas (max_bytes, max_compute_inflight) are
 // answered QUOTA_EXCEEDED and counted (hypic_quota_refusals_total).
 //
+// A COMPOSE that returns the state streams it to a CHUNKED client (server/state_stream.h):
+// after the compose (head first), or layer by layer from the compose's per-layer hook while the
+// later layers still compute (state first), the compute worker waiting for a slow reader.
+//
 // Cheap operations answer inline on the calling (session) thread; compute operations are
 // queued (BUSY at once when the queue is full) and answer from a compute worker. Either way
 // `done` is called exactly once. Without a model (model = "none") PREFILL and COMPOSE answer
@@ -44,9 +48,6 @@
 #include "storage/tier_manager.h"
 
 namespace hypic::server {
-
-// One tensor of a composed state on its way out (handlers.cpp).
-struct StateTensor;
 
 // What the handlers need from the process around them.
 struct ServerControl {
@@ -112,12 +113,11 @@ class Handlers {
   void Compute(Request req, Done done);
   Result<protocol::Bytes> Prefill(const Request& req);
   Result<protocol::Bytes> Compose(const Request& req);
-  // Streams the COMPOSE reply `head` and the state `tensors` (views into `result`) in `dtype`
-  // through req.chunks, layer by layer; returns the final chunk's body. Errors: those of the
-  // ChunkWriter (kCancelled: the connection closed; kDeadlineExceeded: not read in time).
-  Result<protocol::Bytes> StreamState(const Request& req, protocol::Bytes head,
-                                      std::shared_ptr<const model::ComposeResult> result,
-                                      std::span<const StateTensor> tensors, DType dtype);
+  // A streamed state's chunk size (kStreamChunk or the frame limit: a frontend can start on a
+  // layer while the next is in flight, and a chunk's write is short against the write deadline)
+  // and how long its streamer waits for a layer to be written.
+  uint64_t StreamChunkBytes() const;
+  std::chrono::milliseconds StreamFlushTimeout() const;
   // COMPOSE mode prefix once the parts are resolved to tokens: runs the prefix cache and
   // marks the reused leading parts as host hits, the rest as misses (segments) or live (raw).
   Result<model::ComposeResult> ComposePrefix(const std::string& name_space,

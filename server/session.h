@@ -92,13 +92,14 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   struct Outgoing {
+    // A streamed chunk: told when it is written; dropping it unwritten tells its writer that
+    // the connection is gone. Declared before `reply` so that it is destroyed after it: a
+    // writer woken by the guard finds the chunk's memory (view_owner) released already.
+    std::shared_ptr<ChunkGuard> chunk;
     std::array<std::byte, protocol::kHeaderSize> header;
     Reply reply;
     uint64_t accounted = 0;  // bytes released from inflight_bytes_ once written
     bool counts_request = false;
-    // A streamed chunk: told when it is written; dropping it unwritten tells its writer that
-    // the connection is gone.
-    std::shared_ptr<ChunkGuard> chunk;
   };
   // A frame larger than kSmallFrameMax whose body is being read into its own buffer, at most
   // kHashChunk per read, and checksummed piece by piece as it arrives (while in cache).
