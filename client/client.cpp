@@ -57,6 +57,10 @@ template <typename T>
 Result<T> ParseMessage(Reply&& r) {
   return AsCorruption(protocol::Decode<T>(ByteSpan(r.body)));
 }
+template <protocol::StateLayout kLayout>
+Result<protocol::ComposeReply> ParseCompose(Reply&& r) {
+  return AsCorruption(protocol::DecodeComposeReply(ByteSpan(r.body), kLayout));
+}
 
 }  // namespace
 
@@ -74,9 +78,62 @@ Status Client::CheckStateContract() const {
   return Status::Ok();
 }
 
+Status Client::CheckComposeOptions(const protocol::ComposeRequest& request,
+                                   const protocol::ComposeOptions& options) const {
+  if (request.return_state) HYPIC_RETURN_IF_ERROR(CheckStateContract());
+  if (options.state_layout == protocol::StateLayout::kStateFirst && hello_ &&
+      (hello_->features & protocol::kFeatureStateFirst) == 0) {
+    return Unsupported("the server does not announce STATE_FIRST: ask for the head-first layout");
+  }
+  return Status::Ok();
+}
+
+void Client::StartLayerParser(StateSink& sink) {
+  sink.parser = std::make_unique<protocol::TensorStreamParser>(
+      [&sink](protocol::OwnedStreamTensor&& t) -> Status {
+        if (!sink.tensors.empty() && t.layer != sink.layer) {
+          HYPIC_RETURN_IF_ERROR(DeliverLayer(sink));
+        }
+        sink.layer = t.layer;
+        sink.tensors.push_back(std::move(t));
+        return Status::Ok();
+      });
+}
+
+Status Client::DeliverLayer(StateSink& sink) {
+  if (sink.tensors.empty()) return Status::Ok();
+  Status st = sink.on_layer(sink.layer, sink.tensors);
+  sink.tensors.clear();
+  return st;
+}
+
 void Client::FeedSink(StateSink& sink, ByteSpan bytes, bool last) {
+  sink.fed = true;
   if (!sink.error.ok()) return;
   auto fail = [&](Status st) { sink.error = st; };
+  if (sink.layout == protocol::StateLayout::kStateFirst) {
+    // The stream, each layer delivered as soon as it is whole, then the head.
+    if (!sink.parser) StartLayerParser(sink);
+    if (!sink.parser->complete()) {
+      size_t used = 0;
+      Status st = sink.parser->FeedPrefix(bytes, &used);
+      if (st.ok() && sink.parser->complete()) st = DeliverLayer(sink);
+      if (!st.ok()) return fail(st);
+      bytes = bytes.subspan(used);
+    }
+    sink.head.insert(sink.head.end(), bytes.begin(), bytes.end());
+    if (!last) return;
+    if (Status st = sink.parser->Finish(); !st.ok()) {
+      return fail(
+          Corruption("the state-first COMPOSE reply ended inside its state: " + st.message()));
+    }
+    auto head = protocol::Decode<protocol::ComposeReply>(ByteSpan(sink.head));
+    if (!head.ok()) return fail(Corruption("malformed COMPOSE reply: " + head.status().message()));
+    if (!head->has_state || !head->state.empty()) {
+      fail(Corruption("the head of a state-first COMPOSE reply must end at has_state = 1"));
+    }
+    return;
+  }
   if (!sink.head_done) {
     sink.head.insert(sink.head.end(), bytes.begin(), bytes.end());
     auto size = protocol::ComposeReplyHeadSize(ByteSpan(sink.head));
@@ -94,16 +151,7 @@ void Client::FeedSink(StateSink& sink, ByteSpan bytes, bool last) {
       if (!rest.empty()) fail(Corruption("COMPOSE reply: bytes after a head without state"));
       return;
     }
-    sink.parser = std::make_unique<protocol::TensorStreamParser>(
-        [&sink](protocol::OwnedStreamTensor&& t) -> Status {
-          if (!sink.tensors.empty() && t.layer != sink.layer) {
-            HYPIC_RETURN_IF_ERROR(sink.on_layer(sink.layer, sink.tensors));
-            sink.tensors.clear();
-          }
-          sink.layer = t.layer;
-          sink.tensors.push_back(std::move(t));
-          return Status::Ok();
-        });
+    StartLayerParser(sink);
     bytes = ByteSpan(rest);
     Status st = sink.parser->Feed(bytes);
     if (!st.ok()) return fail(st);
@@ -115,8 +163,7 @@ void Client::FeedSink(StateSink& sink, ByteSpan bytes, bool last) {
   }
   if (!last || !sink.parser) return;
   Status st = sink.parser->Finish();
-  if (st.ok() && !sink.tensors.empty()) st = sink.on_layer(sink.layer, sink.tensors);
-  sink.tensors.clear();
+  if (st.ok()) st = DeliverLayer(sink);
   if (!st.ok()) fail(st);
 }
 
@@ -434,12 +481,16 @@ Result<protocol::ComposeReply> Client::Compose(const protocol::ComposeRequest& r
 Result<Pending<protocol::ComposeReply>> Client::SubmitCompose(
     const protocol::ComposeRequest& request, const protocol::ComposeOptions& options,
     uint32_t deadline_ms) {
-  if (request.return_state) HYPIC_RETURN_IF_ERROR(CheckStateContract());
+  HYPIC_RETURN_IF_ERROR(CheckComposeOptions(request, options));
   Bytes body = protocol::Encode(request);
   Bytes ext;
   if (!(options == protocol::ComposeOptions{})) ext = protocol::Encode(options);
+  const bool state_first = options.state_layout == protocol::StateLayout::kStateFirst;
   return Submit<protocol::ComposeReply>(Opcode::kCompose, {}, ByteSpan(ext), ByteSpan(body),
-                                        &ParseMessage<protocol::ComposeReply>, deadline_ms);
+                                        state_first
+                                            ? &ParseCompose<protocol::StateLayout::kStateFirst>
+                                            : &ParseCompose<protocol::StateLayout::kHeadFirst>,
+                                        deadline_ms);
 }
 
 Result<protocol::ComposeReply> Client::Compose(const protocol::ComposeRequest& request,
@@ -453,7 +504,7 @@ Result<protocol::ComposeReply> Client::ComposeStreaming(const protocol::ComposeR
                                                         const protocol::ComposeOptions& options,
                                                         const LayerCallback& on_layer,
                                                         uint32_t deadline_ms) {
-  if (request.return_state) HYPIC_RETURN_IF_ERROR(CheckStateContract());
+  HYPIC_RETURN_IF_ERROR(CheckComposeOptions(request, options));
   Bytes body = protocol::Encode(request);
   Bytes ext;
   if (!(options == protocol::ComposeOptions{})) ext = protocol::Encode(options);
@@ -461,12 +512,13 @@ Result<protocol::ComposeReply> Client::ComposeStreaming(const protocol::ComposeR
                          Send(Opcode::kCompose, {}, ByteSpan(ext), ByteSpan(body), deadline_ms));
   auto sink = std::make_unique<StateSink>();
   sink->on_layer = on_layer;
+  sink->layout = options.state_layout;
   StateSink* s = sink.get();
   sinks_[id] = std::move(sink);
   Result<Reply> r = Wait(id);
   // Send reads while a write blocks, so the reply may have been filed whole before the sink
   // existed: then it is parsed here, in one piece.
-  if (r.ok() && !s->head_done && s->error.ok()) {
+  if (r.ok() && !s->fed) {
     FeedSink(*s, ByteSpan(r->body), /*last=*/true);
     r->body = s->head;
   }

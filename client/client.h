@@ -13,9 +13,10 @@
 // The composed state (COMPOSE with return_state; its meaning is docs/state-format.md) comes
 // either whole, in ComposeReply::state (DecodeState gives its tensors), or streamed: with
 // ComposeStreaming each layer's tensors are handed to a callback as soon as they are in, and
-// the client never holds more than one layer of them. Both refuse a server whose HELLO
-// announces a state contract version other than protocol::kStateContractVersion
-// (kVersionMismatch, before the request is sent).
+// the client never holds more than one layer of them; with the state-first layout (a daemon
+// that announces STATE_FIRST) each layer leaves the daemon as soon as the compose has it, before
+// the logits. Both refuse a server whose HELLO announces a state contract version other than
+// protocol::kStateContractVersion (kVersionMismatch, before the request is sent).
 //
 // Errors: a non-OK reply status comes back as that Status with the server's message; a
 // GOAWAY fails every outstanding and later request with its status; a malformed frame from
@@ -147,7 +148,8 @@ class Client {
                                                         uint32_t deadline_ms = 0);
   Result<protocol::ComposeReply> Compose(const protocol::ComposeRequest& request,
                                          uint32_t deadline_ms = 0);
-  // With reply options (state dtype, full logits): the COMPOSE ext.
+  // With reply options (state dtype, full logits, state layout): the COMPOSE ext. A state-first
+  // layout to a server whose HELLO lacks STATE_FIRST is kUnsupported, before sending.
   Result<Pending<protocol::ComposeReply>> SubmitCompose(const protocol::ComposeRequest& request,
                                                         const protocol::ComposeOptions& options,
                                                         uint32_t deadline_ms = 0);
@@ -155,8 +157,11 @@ class Client {
                                          const protocol::ComposeOptions& options,
                                          uint32_t deadline_ms = 0);
   // COMPOSE with the state delivered layer by layer to `on_layer` as it streams in (the reply's
-  // `state` stays empty, has_state true). Blocking. Errors: those of Compose, kCorruption for a
-  // malformed stream, or the callback's error.
+  // `state` stays empty, has_state true). With options.state_layout = kStateFirst the daemon
+  // sends each layer as soon as its compose has it, so layer 0 arrives while the later layers
+  // still compute, and the head (parts, timings, logits) comes after the last layer: the
+  // callback then runs before the reply's head is known. Blocking. Errors: those of Compose,
+  // kCorruption for a malformed stream, or the callback's error.
   Result<protocol::ComposeReply> ComposeStreaming(const protocol::ComposeRequest& request,
                                                   const protocol::ComposeOptions& options,
                                                   const LayerCallback& on_layer,
@@ -194,18 +199,30 @@ class Client {
   Status Fail(Status s);
   // kVersionMismatch unless the server's state contract is the one this client knows.
   Status CheckStateContract() const;
+  // CheckStateContract when the state is asked for; kUnsupported for a state-first layout the
+  // server does not announce.
+  Status CheckComposeOptions(const protocol::ComposeRequest& request,
+                             const protocol::ComposeOptions& options) const;
 
   // A streamed state being received for ComposeStreaming.
   struct StateSink {
     LayerCallback on_layer;
-    Bytes head;  // the reply head (then only it), gathered until complete
-    bool head_done = false;
+    protocol::StateLayout layout = protocol::StateLayout::kHeadFirst;
+    // The reply head (then only it), gathered until complete: before the stream head first,
+    // after it state first.
+    Bytes head;
+    bool head_done = false;  // head first: the head is complete and the stream has begun
+    bool fed = false;        // a chunk arrived
     std::unique_ptr<protocol::TensorStreamParser> parser;
     uint32_t layer = 0;
     std::vector<protocol::OwnedStreamTensor> tensors;  // of `layer`, not yet delivered
     Status error;
   };
   void FeedSink(StateSink& sink, ByteSpan bytes, bool last);
+  // The parser of a sink's stream, which delivers a layer once a tensor of the next arrives.
+  static void StartLayerParser(StateSink& sink);
+  // Hands the sink's gathered layer to its callback (nothing when none is gathered).
+  static Status DeliverLayer(StateSink& sink);
 
   std::unique_ptr<Connection> conn_;
   ClientOptions options_;

@@ -63,6 +63,7 @@ DEFAULT_SEAM = 0xFFFFFFFF
 FEATURE_XXH3 = 1 << 0
 FEATURE_CHUNKED = 1 << 1
 FEATURE_STATE_INLINE = 1 << 2
+FEATURE_STATE_FIRST = 1 << 3  # COMPOSE takes StateLayout.STATE_FIRST
 # The state contract this client understands (docs/state-format.md); HELLO announces the
 # server's, and a COMPOSE asking for the state is refused locally when they differ.
 STATE_CONTRACT_VERSION = 1
@@ -171,6 +172,11 @@ class DType(enum.IntEnum):
 class LogitsMode(enum.IntEnum):
     TOP_K = 0  # the top_k (token, logit) pairs only
     FULL = 1   # also the whole last-token row, f32
+
+
+class StateLayout(enum.IntEnum):
+    HEAD_FIRST = 0   # the reply head, then the state (which leaves after the compose)
+    STATE_FIRST = 1  # the state, each layer as the compose has it, then the head (needs CHUNKED)
 
 
 _DTYPE_SIZE = {DType.F32: 4, DType.F16: 2, DType.BF16: 2, DType.I32: 4, DType.I64: 8, DType.U8: 1}
@@ -656,6 +662,13 @@ def encode_tensor_stream(tensors: Iterable[StreamTensor]) -> bytes:
 
 def decode_tensor_stream(data: bytes) -> List[StreamTensor]:
     r = _Reader(data, "tensor stream")
+    out = _read_tensor_stream(r)
+    r.finish()
+    return out
+
+
+def _read_tensor_stream(r: _Reader) -> List[StreamTensor]:
+    """The tensor stream at r's position; what follows it stays in r."""
     out = []
     for _ in range(r.count(16)):
         layer = r.u32()
@@ -674,7 +687,6 @@ def decode_tensor_stream(data: bytes) -> List[StreamTensor]:
         if nbytes != n * _DTYPE_SIZE[dtype]:
             raise ProtocolError("tensor stream: size does not match shape")
         out.append(StreamTensor(layer, kind, dtype, shape, bytes(r._take(nbytes))))
-    r.finish()
     return out
 
 
@@ -736,6 +748,18 @@ def _decode_compose(frame: Frame) -> ComposeReply:
     state = r.rest() if r.boolean() else None
     r.finish()
     return ComposeReply(parts, timings, n_tokens, top, state, logits)
+
+
+def _decode_compose_state_first(frame: Frame) -> ComposeReply:
+    """A StateLayout.STATE_FIRST reply: the tensor stream, then the head (has_state = 1)."""
+    r = _Reader(frame.body, "COMPOSE reply")
+    _read_tensor_stream(r)
+    stream = bytes(r.data[:r.pos])
+    m = _decode_compose(dataclasses.replace(frame, body=r.rest()))
+    if m.state != b"":
+        raise ProtocolError("the head of a state-first COMPOSE reply must end at has_state = 1")
+    m.state = stream
+    return m
 
 
 def _decode_evict(frame: Frame) -> Tuple[int, int]:
@@ -818,7 +842,11 @@ def _compose_body(parts: Sequence[ComposePart], namespace: str, mode: ComposeMod
     return w.bytes()
 
 
-def _compose_ext(state_dtype: DType, logits: LogitsMode) -> bytes:
+def _compose_ext(state_dtype: DType, logits: LogitsMode,
+                 state_layout: StateLayout = StateLayout.HEAD_FIRST) -> bytes:
+    # The layout byte only when it is not the default (the encoding older daemons know).
+    if StateLayout(state_layout) != StateLayout.HEAD_FIRST:
+        return bytes([int(state_dtype), int(logits), int(state_layout)])
     if DType(state_dtype) == DType.F32 and LogitsMode(logits) == LogitsMode.TOP_K:
         return b""
     return bytes([int(state_dtype), int(logits)])
@@ -1037,27 +1065,37 @@ class Client:
                        mode: ComposeMode = ComposeMode.HYPIC, seam_w: int = DEFAULT_SEAM,
                        top_k: int = 0, return_state: bool = False,
                        deadline_ms: int = 0, state_dtype: DType = DType.F32,
-                       logits: LogitsMode = LogitsMode.TOP_K) -> Pending:
+                       logits: LogitsMode = LogitsMode.TOP_K,
+                       state_layout: StateLayout = StateLayout.HEAD_FIRST) -> Pending:
         """state_dtype (F32, BF16, F16) is the encoding of the returned state; logits=FULL adds
-        the whole last-token row. Asking for the state from a server whose state contract this
-        client does not know raises HypicError(VERSION_MISMATCH) before anything is sent."""
+        the whole last-token row; state_layout=STATE_FIRST has the daemon send each layer as
+        soon as the compose has it, before the head (the reply decodes to the same
+        ComposeReply). Asking for the state from a server whose state contract this client does
+        not know raises HypicError(VERSION_MISMATCH), and STATE_FIRST from a server that does
+        not announce it HypicError(UNSUPPORTED), before anything is sent."""
         if return_state and self.hello_reply is not None and \
                 self.hello_reply.state_contract != STATE_CONTRACT_VERSION:
             raise HypicError(Status.VERSION_MISMATCH,
                              f"the server's state contract is version "
                              f"{self.hello_reply.state_contract}; this client knows "
                              f"{STATE_CONTRACT_VERSION}")
+        state_first = StateLayout(state_layout) == StateLayout.STATE_FIRST
+        if state_first and self.hello_reply is not None and \
+                not self.hello_reply.features & FEATURE_STATE_FIRST:
+            raise HypicError(Status.UNSUPPORTED, "the server does not announce STATE_FIRST")
         body = _compose_body(parts, namespace, mode, seam_w, top_k, return_state)
-        return self.submit(Opcode.COMPOSE, _decode_compose, body,
-                           _compose_ext(state_dtype, logits), deadline_ms=deadline_ms)
+        return self.submit(Opcode.COMPOSE,
+                           _decode_compose_state_first if state_first else _decode_compose, body,
+                           _compose_ext(state_dtype, logits, state_layout),
+                           deadline_ms=deadline_ms)
 
     def compose(self, parts: Sequence[ComposePart], namespace: str = "",
                 mode: ComposeMode = ComposeMode.HYPIC, seam_w: int = DEFAULT_SEAM,
                 top_k: int = 0, return_state: bool = False, deadline_ms: int = 0,
-                state_dtype: DType = DType.F32,
-                logits: LogitsMode = LogitsMode.TOP_K) -> ComposeReply:
+                state_dtype: DType = DType.F32, logits: LogitsMode = LogitsMode.TOP_K,
+                state_layout: StateLayout = StateLayout.HEAD_FIRST) -> ComposeReply:
         return self.submit_compose(parts, namespace, mode, seam_w, top_k, return_state,
-                                   deadline_ms, state_dtype, logits).result()
+                                   deadline_ms, state_dtype, logits, state_layout).result()
 
     # -- admin --
 

@@ -1,7 +1,7 @@
 // The C++ client against a scripted peer (FakeServer): HELLO, typed operations, pipelining
-// with out-of-order replies, chunked replies (small and large), error statuses, GOAWAY,
-// corrupt frames and the in-flight limit. The tests against the real hypicd are in
-// client_e2e_test.cpp.
+// with out-of-order replies, chunked replies (small and large), state-first COMPOSE streams,
+// error statuses, GOAWAY, corrupt frames and the in-flight limit. The tests against the real
+// hypicd are in client_e2e_test.cpp.
 #include "client/client.h"
 
 #include <doctest/doctest.h>
@@ -256,6 +256,87 @@ TEST_CASE("the client keeps at most the server's max_inflight_requests outstandi
   }
   for (auto& p : pending) CHECK_OK(p.Wait());
   CHECK(max_held == 4);
+}
+
+TEST_CASE("a state-first COMPOSE reply: layers as they arrive, then the head, at any chunking") {
+  // Three layers of two tensors; the head after them.
+  std::vector<std::vector<float>> data;
+  std::vector<protocol::StreamTensor> tensors;
+  for (uint32_t i = 0; i < 6; ++i) data.push_back(std::vector<float>(3 + i, 0.5f * i));
+  for (uint32_t i = 0; i < 6; ++i) {
+    tensors.push_back({i / 2, i % 2 == 0 ? TensorKind::kKey : TensorKind::kValue, DType::kF32,
+                       Shape{static_cast<int64_t>(data[i].size())},
+                       ByteSpan(reinterpret_cast<const std::byte*>(data[i].data()),
+                                data[i].size() * sizeof(float))});
+  }
+  const Bytes stream = protocol::EncodeTensorStream(tensors).value();
+  protocol::ComposeReply head;
+  head.n_tokens = 9;
+  head.top = {{4, 1.5f}};
+  head.has_state = true;
+  Bytes body = stream;
+  const Bytes h = protocol::Encode(head);
+  body.insert(body.end(), h.begin(), h.end());
+
+  for (size_t piece : {size_t{1}, size_t{13}, stream.size() - 2, body.size()}) {
+    CAPTURE(piece);
+    protocol::HelloReply hello = DefaultHello();
+    hello.features |= protocol::kFeatureStateFirst;
+    FakeServer server(false, hello, [&](const Frame* f, const FakeServer::Send& send) {
+      if (f == nullptr) return;
+      auto options = protocol::DecodeComposeOptions(f->ext);
+      if (!options.ok() || options->state_layout != protocol::StateLayout::kStateFirst) {
+        send(ByteSpan(protocol::EncodeErrorReply(f->header, BadRequest("not asked state first"))));
+        return;
+      }
+      for (size_t at = 0; at < body.size(); at += piece) {
+        const size_t n = std::min(piece, body.size() - at);
+        const bool last = at + n == body.size();
+        send(ByteSpan(ReplyTo(f->header, ByteSpan(body).subspan(at, n), {},
+                              protocol::kFlagReply | (last ? 0 : protocol::kFlagMore))));
+      }
+    });
+    auto c = ConnectTo(server);
+    protocol::ComposeRequest req;
+    req.return_state = true;
+    req.parts = {{protocol::PartKind::kRaw, {}, {1, 2, 3}}};
+    const protocol::ComposeOptions options{DType::kF32, protocol::LogitsMode::kTopK,
+                                           protocol::StateLayout::kStateFirst};
+    std::vector<uint32_t> layers;
+    std::vector<protocol::OwnedStreamTensor> got;
+    auto reply = c->ComposeStreaming(
+        req, options, [&](uint32_t layer, std::vector<protocol::OwnedStreamTensor>& t) {
+          layers.push_back(layer);
+          for (auto& x : t) got.push_back(std::move(x));
+          return Status::Ok();
+        });
+    REQUIRE_OK(reply);
+    CHECK(layers == std::vector<uint32_t>{0, 1, 2});
+    REQUIRE(got.size() == tensors.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      CHECK(got[i].kind == tensors[i].kind);
+      CHECK(std::equal(got[i].data.begin(), got[i].data.end(), tensors[i].data.begin(),
+                       tensors[i].data.end()));
+    }
+    CHECK(reply->n_tokens == 9);
+    CHECK(reply->top == head.top);
+    CHECK(reply->has_state);
+    // Assembled whole, the same reply with the state in it.
+    auto whole = c->Compose(req, options);
+    REQUIRE_OK(whole);
+    CHECK(whole->state == stream);
+    CHECK(whole->top == head.top);
+  }
+  // A server that does not announce STATE_FIRST is not asked for it.
+  FakeServer plain(false, DefaultHello(), [](const Frame*, const FakeServer::Send&) {});
+  auto c = ConnectTo(plain);
+  protocol::ComposeRequest req;
+  req.return_state = true;
+  req.parts = {{protocol::PartKind::kRaw, {}, {1}}};
+  auto refused = c->Compose(
+      req, {DType::kF32, protocol::LogitsMode::kTopK, protocol::StateLayout::kStateFirst});
+  CHECK(refused.status().code() == StatusCode::kUnsupported);
+  CHECK(c->outstanding() == 0);
 }
 
 TEST_CASE("connect errors") {

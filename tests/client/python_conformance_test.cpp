@@ -121,6 +121,11 @@ TEST_CASE("Python request frames equal protocol/'s encoding byte for byte") {
              Encode(ComposeRequest{
                  "", ComposeMode::kFull, kDefaultSeam, 1, true, {{PartKind::kRaw, {}, {4}}}}),
              Encode(ComposeOptions{DType::kBF16, LogitsMode::kFull}))},
+      {"compose_state_first",
+       Frame(Opcode::kCompose, 12,
+             Encode(ComposeRequest{
+                 "", ComposeMode::kFull, kDefaultSeam, 1, true, {{PartKind::kRaw, {}, {4}}}}),
+             Encode(ComposeOptions{DType::kBF16, LogitsMode::kFull, StateLayout::kStateFirst}))},
       {"evict", Frame(Opcode::kEvict, 8,
                       Encode(EvictRequest{EvictBy::kBytes, {}, "", Tier::kHost, 1 << 30}))},
       {"list", Frame(Opcode::kList, 9, Encode(ListRequest{77, 50, "tenant", Tier::kSsd}))},
@@ -181,6 +186,19 @@ TEST_CASE("Python decodes protocol/'s reply frames to the same values") {
   compose.has_state = true;
   compose.state = EncodeTensorStream(tensors).value();
   write("compose", Frame(Opcode::kCompose, 7, Encode(compose), {}, {}, 0, R));
+  // The same reply state first: the stream, then the head, in two chunks split inside a tensor.
+  write("compose_state_first", [&] {
+    ComposeReply head = compose;
+    head.state.clear();
+    Bytes body = compose.state;
+    const Bytes h = Encode(head);
+    body.insert(body.end(), h.begin(), h.end());
+    Bytes all = Frame(Opcode::kCompose, 12, Bytes(body.begin(), body.begin() + 30), {}, {}, 0,
+                      R | kFlagMore);
+    Bytes rest = Frame(Opcode::kCompose, 12, Bytes(body.begin() + 30, body.end()), {}, {}, 0, R);
+    all.insert(all.end(), rest.begin(), rest.end());
+    return all;
+  }());
   write("evict", Frame(Opcode::kEvict, 8, Encode(EvictReply{3, 4096}), {}, {}, 0, R));
   ListReply list{0,
                  {{K1(), Tier::kSsd, "tenant", 64, 1 << 20, 5, 1700000000000, 1, 0},
@@ -224,6 +242,11 @@ TEST_CASE("Python decodes protocol/'s reply frames to the same values") {
   CHECK(j["compose"]["tensors"][1][1] == 3);
   CHECK(j["compose"]["tensors"][1][2] == 2);
   CHECK(j["compose"]["tensors"][1][4] == "010002000300ffff");
+  CHECK(j["compose_state_first"]["chunks"] == 2);
+  for (const char* field : {"parts", "n_tokens", "top", "logits", "compose_us", "tensors"}) {
+    CAPTURE(field);
+    CHECK(j["compose_state_first"][field] == j["compose"][field]);
+  }
   CHECK(j["evict"]["evicted"] == nlohmann::json::array({3, 4096}));
   CHECK(j["list"]["entries"][0] ==
         nlohmann::json::array({K1().ToHex(), 3, "tenant", 64, 1 << 20, 5, 1700000000000, 1, 0}));

@@ -1,14 +1,15 @@
 """Times a COMPOSE that returns the state, as a frontend receives it (stdlib only).
 
     python3 state_stream_bench.py --address 127.0.0.1:7411 --tokens 16384 --segment 1024 \
-        --state-dtype bf16 [--mode hypic] [--pid PID_OF_HYPICD] [--warm]
+        --state-dtype bf16 [--mode hypic] [--pid PID_OF_HYPICD] [--warm] [--state-first]
 
 The prompt is a 16-token raw prefix, segments of --segment tokens up to --tokens in all, and a
 16-token raw question. With --warm, one COMPOSE runs first so that the segments are cached and the
 measured one is a warm compose. The measured COMPOSE is streamed: the client announces CHUNKED,
-as hypic_client does. Prints JSON:
-- the time from sending the request to the first state byte (the first chunk after the head) and
-  to the last byte;
+as hypic_client does; with --state-first it asks for StateLayout.STATE_FIRST (each layer leaves
+as the compose has it, the head comes last). Prints JSON:
+- the time from sending the request to the first state byte (the first chunk after the head;
+  state first, the first chunk) and to the last byte;
 - the reply bytes and the chunks;
 - the daemon's timings;
 - with --pid, the daemon's RSS before and its peak (VmHWM) after, from /proc.
@@ -42,6 +43,7 @@ def main():
     ap.add_argument("--pid", type=int, default=0)
     ap.add_argument("--warm", action="store_true")
     ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--state-first", action="store_true")
     a = ap.parse_args()
 
     prefix = [(3 * i) % (a.vocab - 1) + 1 for i in range(16)]
@@ -65,7 +67,9 @@ def main():
     rss_before = proc_kib(a.pid, "VmRSS") if a.pid else 0
     body = hc._compose_body(parts, "", mode, hc.DEFAULT_SEAM, 1, True)
     t0 = time.perf_counter()
-    rid = c.send(hc.Opcode.COMPOSE, body, hc._compose_ext(dtype, hc.LogitsMode.TOP_K))
+    layout = hc.StateLayout.STATE_FIRST if a.state_first else hc.StateLayout.HEAD_FIRST
+    rid = c.send(hc.Opcode.COMPOSE, body, hc._compose_ext(dtype, hc.LogitsMode.TOP_K, layout))
+    first_state_chunk = 1 if a.state_first else 2
     first_state = None
     chunks = 0
     total = 0
@@ -88,17 +92,18 @@ def main():
         chunks += 1
         total += 64 + len(frame.ext) + len(frame.body)
         frames.append(frame.body)
-        if chunks == 2 and first_state is None:
+        if chunks == first_state_chunk and first_state is None:
             first_state = time.perf_counter() - t0
         if not frame.flags & hc.FLAG_MORE:
             break
     last = time.perf_counter() - t0
     out = {
         "tokens": a.tokens, "mode": a.mode, "state_dtype": a.state_dtype,
+        "state_layout": layout.name.lower(),
         "first_state_byte_s": first_state if first_state is not None else last,
         "last_byte_s": last, "reply_bytes": total, "chunks": chunks,
     }
-    head = hc._Reader(frames[0], "COMPOSE reply")
+    head = hc._Reader(frames[-1] if a.state_first else frames[0], "COMPOSE reply")
     head_parts = head.count(22)
     for _ in range(head_parts):
         head._take(22)

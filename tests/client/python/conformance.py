@@ -38,6 +38,9 @@ def write_requests(d):
         "compose_options": hc.encode_frame(hc.Opcode.COMPOSE, 11, hc._compose_body(
             [hc.ComposePart.raw([4])], "", hc.ComposeMode.FULL, hc.DEFAULT_SEAM, 1, True),
             hc._compose_ext(hc.DType.BF16, hc.LogitsMode.FULL)),
+        "compose_state_first": hc.encode_frame(hc.Opcode.COMPOSE, 12, hc._compose_body(
+            [hc.ComposePart.raw([4])], "", hc.ComposeMode.FULL, hc.DEFAULT_SEAM, 1, True),
+            hc._compose_ext(hc.DType.BF16, hc.LogitsMode.FULL, hc.StateLayout.STATE_FIRST)),
         "evict": hc.encode_frame(hc.Opcode.EVICT, 8, hc._evict_body(
             hc.EvictBy.BYTES, hc.ZERO_KEY, "", hc.Tier.HOST, 1 << 30)),
         "list": hc.encode_frame(hc.Opcode.LIST, 9, hc._list_body(77, 50, "tenant", hc.Tier.SSD)),
@@ -90,7 +93,9 @@ def read_replies(d):
                             for p in m.results]
             r["total_us"] = m.timings.total_us
         elif op == hc.Opcode.COMPOSE:
-            m = hc._decode_compose(first)
+            # The layout is the request's choice, not in the frame: the file name says it.
+            m = (hc._decode_compose_state_first if name.endswith("_state_first")
+                 else hc._decode_compose)(first)
             r["parts"] = [[int(p.outcome), int(p.tier), p.n_tokens, jkey(p.key)] for p in m.parts]
             r["n_tokens"] = m.n_tokens
             r["top"] = [[t, v] for t, v in m.top]

@@ -240,6 +240,47 @@ class ClientLogicTest(unittest.TestCase):
         self.assertEqual(e.exception.status, hc.Status.VERSION_MISMATCH)
         p.client.submit_compose([hc.ComposePart.raw([1])])  # no state: any contract is fine
 
+    def test_state_first_ext_decoding_and_feature(self):
+        p = _FakePeer(self)
+        # A server that announces no features: STATE_FIRST is refused before anything is sent.
+        p.client.hello_reply = _hello_reply()
+        with self.assertRaises(hc.HypicError) as e:
+            p.client.submit_compose([hc.ComposePart.raw([1])], return_state=True,
+                                    state_layout=hc.StateLayout.STATE_FIRST)
+        self.assertEqual(e.exception.status, hc.Status.UNSUPPORTED)
+        p.client.hello_reply = dataclasses.replace(_hello_reply(),
+                                                   features=hc.FEATURE_STATE_FIRST)
+        pend = p.client.submit_compose([hc.ComposePart.raw([1, 2])], top_k=1, return_state=True,
+                                       state_layout=hc.StateLayout.STATE_FIRST)
+        _, rid, _ = p.read_request()
+        self.assertEqual(p.last_ext, bytes([hc.DType.F32, hc.LogitsMode.TOP_K,
+                                            hc.StateLayout.STATE_FIRST]))
+        state = hc.encode_tensor_stream([
+            hc.StreamTensor(0, hc.TensorKind.STATE, hc.DType.F32, (2,), struct.pack("<2f", 1, 2)),
+            hc.StreamTensor(1, hc.TensorKind.KEY, hc.DType.F32, (1,), struct.pack("<f", 3))])
+        head = (struct.pack("<I", 1) + bytes([2, 0]) + struct.pack("<I", 2) + bytes(16) +
+                struct.pack("<5Q", 1, 2, 3, 4, 10) + struct.pack("<I", 2) +
+                struct.pack("<I", 1) + struct.pack("<If", 7, 2.5) + struct.pack("<I", 0) + b"\x01")
+        # The stream, then the head, in chunks that do not follow the tensors.
+        body = state + head
+        cuts = [0, 5, 41, len(state) + 3, len(body)]
+        for a, b in zip(cuts, cuts[1:]):
+            last = b == len(body)
+            p.far.sendall(reply_frame(hc.Opcode.COMPOSE, rid, body[a:b],
+                                      flags=hc.FLAG_REPLY | (0 if last else hc.FLAG_MORE)))
+        r = pend.result()
+        self.assertEqual((r.n_tokens, r.top, r.timings.total_us), (2, [(7, 2.5)], 10))
+        self.assertEqual(r.state, state)
+        self.assertEqual([(t.layer, t.data) for t in r.state_tensors()],
+                         [(0, struct.pack("<2f", 1, 2)), (1, struct.pack("<f", 3))])
+        # A head that does not end at has_state = 1 is a protocol error.
+        pend = p.client.submit_compose([hc.ComposePart.raw([1])], return_state=True,
+                                       state_layout=hc.StateLayout.STATE_FIRST)
+        _, rid, _ = p.read_request()
+        p.far.sendall(reply_frame(hc.Opcode.COMPOSE, rid, state + head + b"\x00"))
+        with self.assertRaises(hc.ProtocolError):
+            pend.result()
+
 
 # A [[tenant]] without a token that may also PUT and DEL (tests/e2e/daemon.h, kLocalWriterTenant).
 LOCAL_WRITER_TENANT = '[[tenant]]\nname = "local"\nops = ["read", "compute", "write"]\n'
@@ -379,6 +420,23 @@ class DaemonTest(unittest.TestCase):
             self.assertEqual(c.has(keys[:1]), [hc.Tier.NONE])
             c.put(keys[0], entry)
             self.assertEqual(c.get(keys[0])[1], entry)
+
+    def test_state_first_reply_is_the_head_first_one(self):
+        """StateLayout.STATE_FIRST: the same state bytes, top and logits, in both dtypes."""
+        with self.connect() as c:
+            self.assertTrue(c.hello_reply.features & hc.FEATURE_STATE_FIRST)
+            parts = [hc.ComposePart.raw([(3 * i) % 500 + 1 for i in range(40)])]
+            for dtype in (hc.DType.F32, hc.DType.BF16):
+                want = skip_if_unsupported(self, c.compose, parts, mode=hc.ComposeMode.FULL,
+                                           top_k=3, return_state=True, state_dtype=dtype,
+                                           logits=hc.LogitsMode.FULL)
+                got = c.compose(parts, mode=hc.ComposeMode.FULL, top_k=3, return_state=True,
+                                state_dtype=dtype, logits=hc.LogitsMode.FULL,
+                                state_layout=hc.StateLayout.STATE_FIRST)
+                self.assertEqual(got.state, want.state)
+                self.assertEqual(got.top, want.top)
+                self.assertEqual(bytes(got.logits), bytes(want.logits))
+                self.assertEqual(got.n_tokens, want.n_tokens)
 
     def test_state_arrays_follow_the_contract(self):
         """docs/state-format.md: shapes, kinds and dtypes; bf16 is the f32 state rounded once."""
