@@ -7,10 +7,12 @@
 //  * mode hypic: token agreement and KL per step are reported (it is approximate by design);
 //  * state_dtype bf16: every tensor is exactly the round-to-nearest-even of the f32 state, and
 //    decoding from it stays within the bound derived in docs/state-format.md §7.
-// Also: the per-layer stream equals the whole state; the options that cannot be honoured get a
-// clear status (unknown dtype, return_state in prefix mode, a reply over one frame for a client
-// without CHUNKED, a stream over max_message_bytes); a client that stops reading mid-stream is
-// closed by the write deadline and the compute worker is freed.
+// Also: the per-layer stream equals the whole state, in both layouts (state first: the layers
+// stream while the compose runs, cold or warm, bitwise the head-first state); the options that
+// cannot be honoured get a clear status (unknown dtype, return_state in prefix mode, a reply over
+// one frame for a client without CHUNKED, a stream over max_message_bytes, state first without
+// CHUNKED or return_state, an unknown layout); a client that stops reading mid-stream, in either
+// layout, is closed by the write deadline and the compute worker is freed.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -312,6 +314,88 @@ TEST_CASE("the per-layer stream delivers the whole state's tensors, layer by lay
   CHECK_OK(c->Ping(AsBytes("still here")).status());
 }
 
+// A state-first ComposeStreaming: the layers in arrival order and their tensors.
+struct Streamed {
+  protocol::ComposeReply head;
+  std::vector<uint32_t> layers;
+  std::vector<protocol::OwnedStreamTensor> tensors;
+};
+
+Streamed ComposeStateFirst(client::Client& c, const protocol::ComposeRequest& req, DType dtype) {
+  Streamed s;
+  auto reply = c.ComposeStreaming(
+      req, {dtype, protocol::LogitsMode::kFull, protocol::StateLayout::kStateFirst},
+      [&](uint32_t layer, std::vector<protocol::OwnedStreamTensor>& tensors) {
+        s.layers.push_back(layer);
+        for (auto& t : tensors) s.tensors.push_back(std::move(t));
+        return Status::Ok();
+      },
+      120000);
+  REQUIRE_OK(reply);
+  s.head = std::move(reply).value();
+  return s;
+}
+
+// `got` is bitwise the state `want` carries, tensor by tensor.
+void CheckSameState(const std::vector<protocol::OwnedStreamTensor>& got,
+                    const protocol::ComposeReply& want) {
+  auto tensors = client::DecodeState(want);
+  REQUIRE_OK(tensors);
+  REQUIRE(got.size() == tensors->size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    const protocol::StreamTensor& w = (*tensors)[i];
+    CHECK(got[i].layer == w.layer);
+    CHECK(got[i].kind == w.kind);
+    CHECK(got[i].dtype == w.dtype);
+    CHECK(got[i].shape == w.shape);
+    CHECK(std::equal(got[i].data.begin(), got[i].data.end(), w.data.begin(), w.data.end()));
+  }
+}
+
+TEST_CASE("state first: the layers stream in order, bitwise the head-first state; cold and warm") {
+  Fixture f;
+  auto c = Connect(*f.daemon);
+  REQUIRE((c->hello_reply()->features & protocol::kFeatureStateFirst) != 0);
+  std::vector<uint32_t> all_layers(static_cast<size_t>(f.model->config().num_layers));
+  std::iota(all_layers.begin(), all_layers.end(), 0u);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    CAPTURE(DTypeName(dtype));
+    // Mode hypic on a fresh namespace: the first compose misses every segment (the cold path,
+    // whose last fold pass streams the layers); the head-first one after it hits them all.
+    protocol::ComposeRequest req = Prompt(ComposeMode::kHypic);
+    req.name_space = fmt::format("first-{}", DTypeName(dtype));
+    Streamed cold = ComposeStateFirst(*c, req, dtype);
+    CHECK(cold.head.parts[1].outcome == protocol::PartOutcome::kMiss);
+    CHECK(cold.head.parts[1].tier != protocol::Tier::kNone);  // stored: known once composed
+    auto warm = c->Compose(req, {dtype, protocol::LogitsMode::kFull}, 120000);
+    REQUIRE_OK(warm);
+    CHECK(warm->parts[1].outcome == protocol::PartOutcome::kHit);
+    CHECK(cold.layers == all_layers);
+    CheckSameState(cold.tensors, *warm);
+    CHECK(cold.head.has_state);
+    CHECK(cold.head.state.empty());
+    CHECK(cold.head.n_tokens == warm->n_tokens);
+    CHECK(cold.head.top == warm->top);
+    CHECK(cold.head.logits == warm->logits);
+    // Warm and in mode full too; and the whole state-first reply through Compose.
+    Streamed hot = ComposeStateFirst(*c, req, dtype);
+    CHECK(hot.layers == all_layers);
+    CheckSameState(hot.tensors, *warm);
+    protocol::ComposeRequest full = Prompt(ComposeMode::kFull);
+    auto head_first = c->Compose(full, {dtype, protocol::LogitsMode::kFull}, 120000);
+    REQUIRE_OK(head_first);
+    CheckSameState(ComposeStateFirst(*c, full, dtype).tensors, *head_first);
+    auto whole = c->Compose(
+        full, {dtype, protocol::LogitsMode::kFull, protocol::StateLayout::kStateFirst}, 120000);
+    REQUIRE_OK(whole);
+    CHECK(whole->state == head_first->state);
+    CHECK(whole->top == head_first->top);
+    CHECK(whole->logits == head_first->logits);
+  }
+  CHECK_OK(c->Ping(AsBytes("still here")).status());
+}
+
 // COMPOSE over a RawConn, with `ext` as the options.
 ReplyFrame RawCompose(RawConn& conn, const protocol::ComposeRequest& req, protocol::Bytes ext) {
   auto r = conn.Call(Opcode::kCompose, protocol::Encode(req), ext, {}, 60s);
@@ -327,6 +411,8 @@ TEST_CASE("state options that cannot be honoured get a clear status") {
   // A prompt whose f32 state is ~240 KiB on the tiny model: over one 64 KiB frame.
   protocol::ComposeRequest big = Prompt(ComposeMode::kFull);
   big.parts = {{protocol::PartKind::kRaw, {}, Range(5, 400)}};
+  protocol::ComposeRequest small_prompt = big;
+  small_prompt.parts = {{protocol::PartKind::kRaw, {}, Range(5, 20)}};
 
   auto plain = RawConn::Tcp((*d)->port());
   REQUIRE_OK(plain);
@@ -340,15 +426,28 @@ TEST_CASE("state options that cannot be honoured get a clear status") {
   r = RawCompose(*plain, big, protocol::Encode(protocol::ComposeOptions{DType::kI32}));
   CHECK(r.status() == StatusCode::kBadRequest);
   CHECK_MESSAGE(r.text().find("state_dtype I32") != std::string::npos, r.text());
+  // The state-first layout: to a client without CHUNKED (it streams while the compose runs),
+  // without return_state, or as an unknown layout byte.
+  const protocol::Bytes state_first = protocol::Encode(protocol::ComposeOptions{
+      DType::kF32, protocol::LogitsMode::kTopK, protocol::StateLayout::kStateFirst});
+  r = RawCompose(*plain, small_prompt, state_first);
+  CHECK(r.status() == StatusCode::kBadRequest);
+  CHECK_MESSAGE(r.text().find("announce CHUNKED") != std::string::npos, r.text());
+  protocol::ComposeRequest stateless = small_prompt;
+  stateless.return_state = false;
+  r = RawCompose(*plain, stateless, state_first);
+  CHECK(r.status() == StatusCode::kBadRequest);
+  CHECK_MESSAGE(r.text().find("needs return_state") != std::string::npos, r.text());
+  r = RawCompose(*plain, small_prompt, protocol::Bytes{std::byte{0}, std::byte{0}, std::byte{2}});
+  CHECK(r.status() == StatusCode::kBadRequest);
+  CHECK_MESSAGE(r.text().find("unknown state layout 2") != std::string::npos, r.text());
   // return_state in prefix mode.
   protocol::ComposeRequest prefix = big;
   prefix.mode = ComposeMode::kPrefix;
   r = RawCompose(*plain, prefix, {});
   CHECK(r.status() == StatusCode::kBadRequest);
   // A small state still fits one frame for this client.
-  protocol::ComposeRequest small = big;
-  small.parts = {{protocol::PartKind::kRaw, {}, Range(5, 20)}};
-  r = RawCompose(*plain, small, {});
+  r = RawCompose(*plain, small_prompt, {});
   CHECK(r.status() == StatusCode::kOk);
   CHECK_FALSE(r.header.has_more());
 
@@ -390,7 +489,9 @@ TEST_CASE("state options that cannot be honoured get a clear status") {
   CHECK((*d)->Stop(SIGTERM) == 0);
 }
 
-TEST_CASE("a client that stops reading mid-stream is closed by the write deadline") {
+// A COMPOSE whose ~1 MiB streamed state in `layout` the client never reads: the write deadline
+// closes the connection and the compute worker is freed.
+void CheckStalledStreamClosed(protocol::StateLayout layout) {
   DaemonOptions o;
   o.args = {"--idle-timeout-ms", "1500", "--compute-workers",    "1",
             "--log-level",       "info", "--request-timeout-ms", "120000"};
@@ -408,7 +509,11 @@ TEST_CASE("a client that stops reading mid-stream is closed by the write deadlin
   protocol::FrameHeader h;
   h.opcode = Opcode::kCompose;
   h.request_id = stalled->next_id();
-  REQUIRE_OK(stalled->SendFrame(h, {}, protocol::Encode(big)));
+  const protocol::Bytes ext = layout == protocol::StateLayout::kHeadFirst
+                                  ? protocol::Bytes()
+                                  : protocol::Encode(protocol::ComposeOptions{
+                                        DType::kF32, protocol::LogitsMode::kTopK, layout});
+  REQUIRE_OK(stalled->SendFrame(h, ext, protocol::Encode(big)));
   // Read nothing. The write deadline closes the connection, which frees the stream's buffers and
   // the compute worker (there is one): a later COMPOSE on another connection is answered.
   bool logged = false;
@@ -427,6 +532,13 @@ TEST_CASE("a client that stops reading mid-stream is closed by the write deadlin
   CHECK(stalled->WaitClosed(10s));
   int code = (*d)->Stop(SIGTERM);
   CHECK_MESSAGE(code == 0, (*d)->Log());
+}
+
+TEST_CASE("a client that stops reading mid-stream is closed by the write deadline") {
+  // Head first the stream stalls after the compose; state first it stalls the compose itself
+  // (each layer waits until the previous one is written), which must still end.
+  SUBCASE("head first") { CheckStalledStreamClosed(protocol::StateLayout::kHeadFirst); }
+  SUBCASE("state first") { CheckStalledStreamClosed(protocol::StateLayout::kStateFirst); }
 }
 
 }  // namespace

@@ -7,9 +7,11 @@
 // `layers.{l}.{state|conv_tail|key|value}` in --state-dtype, `logits` (the full last-token row,
 // f32), and the metadata hypic.state_contract, hypic.n_tokens, hypic.model_fingerprint,
 // hypic.model_name, hypic.mode and hypic.state_dtype. The state is received streamed, layer by
-// layer (ComposeStreaming), so it is never held twice. `hypic-op decode --state FILE` decodes
-// from it. --json also reports reply_s (request sent to last reply byte) and, with a state,
-// first_layer_s (to layer 0 complete) and state_bytes.
+// layer (ComposeStreaming), so it is never held twice; --state-layout first (the default) asks
+// for the state-first reply, whose layers leave the daemon as the compose completes each, and
+// `head` for the head-first one, whose state leaves after the compose. `hypic-op decode --state
+// FILE` decodes from it. --json also reports reply_s (request sent to last reply byte) and,
+// with a state, first_layer_s (to layer 0 complete) and state_bytes.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -37,6 +39,7 @@ struct ComposeCtlOptions {
   std::vector<size_t> raw;
   std::string save_state;
   std::string state_dtype = "f32";
+  std::string state_layout = "first";
 };
 
 Result<protocol::ComposeMode> ModeFromName(const std::string& name) {
@@ -54,6 +57,12 @@ Result<DType> StateDTypeFromName(const std::string& name) {
   return BadRequest(fmt::format("--state-dtype '{}': want f32, bf16 or f16", name));
 }
 
+Result<protocol::StateLayout> StateLayoutFromName(const std::string& name) {
+  if (name == "first") return protocol::StateLayout::kStateFirst;
+  if (name == "head") return protocol::StateLayout::kHeadFirst;
+  return BadRequest(fmt::format("--state-layout '{}': want first or head", name));
+}
+
 int RunCompose(const ComposeCtlOptions& opts) {
   auto bad = [&](const Status& st) {
     fmt::print(stderr, "{}: compose: {}\n", kCtl, st.ToString());
@@ -66,6 +75,8 @@ int RunCompose(const ComposeCtlOptions& opts) {
   if (!mode.ok()) return bad(mode.status());
   auto dtype = StateDTypeFromName(opts.state_dtype);
   if (!dtype.ok()) return bad(dtype.status());
+  auto layout = StateLayoutFromName(opts.state_layout);
+  if (!layout.ok()) return bad(layout.status());
   std::set<size_t> raw(opts.raw.begin(), opts.raw.end());
   if (raw.empty()) raw.insert(lines->size() - 1);
   if (*raw.rbegin() >= lines->size()) {
@@ -94,7 +105,7 @@ int RunCompose(const ComposeCtlOptions& opts) {
   std::optional<double> first_layer_s;
   uint64_t state_bytes = 0;
   if (req.return_state) {
-    protocol::ComposeOptions options{*dtype, protocol::LogitsMode::kFull};
+    protocol::ComposeOptions options{*dtype, protocol::LogitsMode::kFull, *layout};
     reply = conn.client->ComposeStreaming(
         req, options,
         [&](uint32_t layer, std::vector<protocol::OwnedStreamTensor>& tensors) -> Status {
@@ -186,6 +197,9 @@ const bool kRegistered = RegisterSubcommand(
                      "write the composed state and logits here (safetensors, "
                      "docs/state-format.md)");
       sub.add_option("--state-dtype", opts->state_dtype, "dtype of the saved state: f32, bf16, f16")
+          ->capture_default_str();
+      sub.add_option("--state-layout", opts->state_layout,
+                     "first: each layer leaves as the compose has it; head: after the compose")
           ->capture_default_str();
       return [opts] { return RunCompose(*opts); };
     });
