@@ -126,9 +126,11 @@ void AttentionF32(const AttentionShape& shape, const float* q, const float* k, c
 
 #ifdef HYPIC_BF16_ATTENTION
 // GCC 12's AVX-512 headers pass _mm512_undefined_ps() as the unused operand of the unmasked
-// forms, which -Wmaybe-uninitialized reports once inlined (GCC bug 105593, fixed in 13).
+// forms, which -Wuninitialized or -Wmaybe-uninitialized reports once inlined, depending on the
+// inlining (GCC bug 105593, fixed in 13).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
