@@ -4,6 +4,7 @@
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
+#include <cstdio>
 #include <optional>
 
 #include "core/logging.h"
@@ -28,26 +29,117 @@ timeval ToTimeval(std::chrono::milliseconds ms) {
   return tv;
 }
 
-Reply Command(redisContext* c, RedisArgs a) {
-  return Reply(static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(a.argv.size()), a.argv.data(), a.lens.data())));
+// What the reply being read on one connection may still hold (RedisClientOptions): the reader's
+// object functions below count into it and refuse, before hiredis allocates, what would exceed
+// it. Owned by the connection (ContextDeleter); the reader reaches it through its privdata.
+struct ReplyBudget {
+  const redisReplyObjectFunctions* hiredis = nullptr;  // the reader's own object functions
+  uint64_t max_bytes = 0;
+  uint64_t max_elements = 0;
+  uint64_t bytes = 0;     // of strings in the reply so far
+  uint64_t elements = 0;  // array elements it has declared so far
+  std::string refused;    // why the reply was refused; empty when it was not
+
+  void Reset() {
+    bytes = elements = 0;
+    refused.clear();
+  }
+};
+
+ReplyBudget* BudgetOf(const redisReadTask* task) {
+  return static_cast<ReplyBudget*>(task->privdata);
 }
 
-Reply NextReply(redisContext* c) {
-  void* raw = nullptr;
-  if (redisGetReply(c, &raw) != REDIS_OK) {
-    freeReplyObject(raw);
+// A null return makes hiredis fail the read (as out of memory) with nothing allocated.
+void* CreateString(const redisReadTask* task, char* str, size_t len) {
+  ReplyBudget* b = BudgetOf(task);
+  if (len > b->max_bytes - b->bytes) {
+    b->refused = fmt::format("a reply holding more than {} bytes of strings", b->max_bytes);
     return nullptr;
   }
-  return Reply(static_cast<redisReply*>(raw));
+  b->bytes += len;
+  return b->hiredis->createString(task, str, len);
 }
 
-std::string_view ReplyText(const redisReply& r) { return {r.str, r.len}; }
+void* CreateArray(const redisReadTask* task, int elements) {
+  ReplyBudget* b = BudgetOf(task);
+  const auto n = static_cast<uint64_t>(elements < 0 ? 0 : elements);
+  if (n > b->max_elements - b->elements) {
+    b->refused = fmt::format("a reply declaring more than {} array elements (an array of {})",
+                             b->max_elements, elements);
+    return nullptr;
+  }
+  b->elements += n;
+  return b->hiredis->createArray(task, elements);
+}
+
+void* CreateInteger(const redisReadTask* task, long long value) {
+  return BudgetOf(task)->hiredis->createInteger(task, value);
+}
+
+void* CreateNil(const redisReadTask* task) { return BudgetOf(task)->hiredis->createNil(task); }
+
+const redisReplyObjectFunctions kBudgetedFunctions = {CreateString, CreateArray, CreateInteger,
+                                                      CreateNil, freeReplyObject};
+
+// Puts a fresh connection's reader on a budget. REQUIRES: nothing read on `c` yet.
+void InstallBudget(redisContext* c, const RedisClientOptions& o) {
+  auto* b = new ReplyBudget;  // freed by ContextDeleter
+  b->hiredis = c->reader->fn;
+  b->max_bytes = o.max_reply_bytes;
+  b->max_elements = o.max_reply_elements;
+  c->reader->fn = const_cast<redisReplyObjectFunctions*>(&kBudgetedFunctions);  // never written
+  c->reader->privdata = b;
+}
+
+// Marks `c` failed (so it is never pooled again) and says why.
+Status FailConnection(redisContext* c, std::string_view why) {
+  c->err = REDIS_ERR_PROTOCOL;
+  std::snprintf(c->errstr, sizeof(c->errstr), "%.*s", static_cast<int>(why.size()), why.data());
+  return IoError(fmt::format("redis reply refused: {}", why));
+}
 
 Status ConnectionError(redisContext* c, std::string_view what) {
   return IoError(
       fmt::format("redis {}: {}", what, c != nullptr && c->err ? c->errstr : "no reply"));
 }
+
+// hiredis's redisGetReply, with the budget applied to what waits unparsed in the buffer.
+// kIoError when the connection fails or the reply is refused.
+Result<Reply> NextReply(redisContext* c, std::string_view what) {
+  auto* budget = static_cast<ReplyBudget*>(c->reader->privdata);
+  budget->Reset();  // no reply is half read here: every call reads one whole reply or fails
+  auto failed = [&]() -> Status {
+    if (!budget->refused.empty()) return FailConnection(c, budget->refused).WithContext(what);
+    return ConnectionError(c, what);
+  };
+  void* raw = nullptr;
+  if (redisGetReplyFromReader(c, &raw) != REDIS_OK) return failed();
+  if (raw == nullptr) {
+    for (int done = 0; !done;) {
+      if (redisBufferWrite(c, &done) != REDIS_OK) return failed();
+    }
+  }
+  while (raw == nullptr) {
+    if (redisBufferRead(c) != REDIS_OK) return failed();
+    if (c->reader->len - c->reader->pos > budget->max_bytes) {
+      return FailConnection(c, fmt::format("more than {} bytes of one reply", budget->max_bytes))
+          .WithContext(what);
+    }
+    if (redisGetReplyFromReader(c, &raw) != REDIS_OK) return failed();
+  }
+  return Reply(static_cast<redisReply*>(raw));
+}
+
+Result<Reply> Command(redisContext* c, RedisArgs a, std::string_view what) {
+  if (redisAppendCommandArgv(c, static_cast<int>(a.argv.size()), a.argv.data(), a.lens.data()) !=
+      REDIS_OK) {
+    return ConnectionError(c, what);
+  }
+  return NextReply(c, what);
+}
+
+std::string_view ReplyText(const redisReply& r) { return {r.str, r.len}; }
 
 // Error replies that say the node cannot serve at all (as against one command failing).
 bool NodeUnavailable(std::string_view error) {
@@ -143,7 +235,12 @@ struct RedisClient::Pending {
   std::optional<RedisRedirect> redirect;  // where its last pass sent it
 };
 
-void RedisClient::ContextDeleter::operator()(redisContext* c) const { redisFree(c); }
+void RedisClient::ContextDeleter::operator()(redisContext* c) const {
+  ReplyBudget* budget =
+      c->reader != nullptr ? static_cast<ReplyBudget*>(c->reader->privdata) : nullptr;
+  redisFree(c);
+  delete budget;
+}
 
 RedisClient::RedisClient(const RedisClientOptions& options) : options_(options) {
   MutexLock lock(&mu_);
@@ -190,14 +287,15 @@ Result<RedisClient::Context> RedisClient::Acquire(size_t node) {
   if (redisSetTimeout(c.get(), ToTimeval(options_.command_timeout)) != REDIS_OK) {
     return FailNode(node, ConnectionError(c.get(), "set timeout"));
   }
+  InstallBudget(c.get(), options_);
   const RedisStoreAddress& a = options_.address;
   if (!a.password.empty()) {
-    Reply r = a.user.empty() ? Command(c.get(), {"AUTH", a.password})
-                             : Command(c.get(), {"AUTH", a.user, a.password});
-    if (r == nullptr) return FailNode(node, ConnectionError(c.get(), "AUTH"));
-    if (r->type == REDIS_REPLY_ERROR) {
+    Result<Reply> r = a.user.empty() ? Command(c.get(), {"AUTH", a.password}, "AUTH")
+                                     : Command(c.get(), {"AUTH", a.user, a.password}, "AUTH");
+    if (!r.ok()) return FailNode(node, r.status());
+    if ((*r)->type == REDIS_REPLY_ERROR) {
       return FailNode(
-          node, IoError(fmt::format("redis {} refused AUTH: {}", e.ToString(), ReplyText(*r))));
+          node, IoError(fmt::format("redis {} refused AUTH: {}", e.ToString(), ReplyText(**r))));
     }
   }
   return c;
@@ -278,15 +376,15 @@ void RedisClient::MaybeRefresh() {
       last = c.status();
       continue;
     }
-    Reply r = Command(c->get(), {"CLUSTER", "SLOTS"});
-    if (r == nullptr) {
-      last = FailNode(i, ConnectionError(c->get(), "CLUSTER SLOTS"));
+    Result<Reply> r = Command(c->get(), {"CLUSTER", "SLOTS"}, "CLUSTER SLOTS");
+    if (!r.ok()) {
+      last = FailNode(i, r.status());
       continue;
     }
     Result<std::vector<RedisSlotRange>> ranges =
-        r->type == REDIS_REPLY_ERROR
-            ? Result<std::vector<RedisSlotRange>>(IoError(std::string(ReplyText(*r))))
-            : ParseClusterSlots(*r);
+        (*r)->type == REDIS_REPLY_ERROR
+            ? Result<std::vector<RedisSlotRange>>(IoError(std::string(ReplyText(**r))))
+            : ParseClusterSlots(**r);
     if (!ranges.ok()) {
       last = ranges.status().WithContext("CLUSTER SLOTS from " + NodeName(i));
       Release(i, std::move(c).value());
@@ -363,9 +461,12 @@ Status RedisClient::RunOn(size_t node, bool asking, std::vector<Pending>& todo,
       ++sent;
     }
     // ASKING's own reply: an error there leaves the command to answer for itself (with MOVED).
-    if (asking && NextReply(c.get()) == nullptr) return fail(ConnectionError(c.get(), "reply"));
-    Reply r = NextReply(c.get());
-    if (r == nullptr) return fail(ConnectionError(c.get(), "reply"));
+    if (asking) {
+      if (Result<Reply> ack = NextReply(c.get(), "reply"); !ack.ok()) return fail(ack.status());
+    }
+    Result<Reply> reply = NextReply(c.get(), "reply");
+    if (!reply.ok()) return fail(reply.status());
+    const Reply r = std::move(reply).value();
     if (r->type == REDIS_REPLY_ERROR) {
       const std::string_view text = ReplyText(*r);
       if (NodeUnavailable(text)) {

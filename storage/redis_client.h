@@ -16,6 +16,14 @@
 // most kMaxRedisHops times per batch, and only within that timeout, so a batch never takes
 // longer than a few command timeouts, whatever the cluster does.
 //
+// Replies are bounded: hiredis 0.14 (Debian's) would allocate room for whatever element count a
+// server declares and buffer a bulk string of any declared length as it arrives (hiredis 1.x
+// has maxelements/maxbulklen; 0.14 has neither). So every connection's reader counts what the
+// reply being read holds, and a reply that declares more than max_reply_elements array elements
+// in all, holds more than max_reply_bytes of strings, or leaves more than max_reply_bytes
+// unparsed in the reader's buffer is refused before the allocation: an I/O error that fails
+// the node (its breaker opens), never a wrong or huge read.
+//
 // The client moves bytes and never judges them: the tier (storage/redis_tier.h) checks every
 // value it reads against its manifest, so a redirection that went wrong is a miss, not a wrong
 // read.
@@ -68,6 +76,11 @@ struct RedisClientOptions {
   std::chrono::milliseconds backoff_min{250};
   std::chrono::milliseconds backoff_max{10000};
   size_t max_idle_connections = 4;  // per node
+  // Bounds on one reply (see above). The defaults fit the largest chunk and manifest of the
+  // remote tier (storage/redis_manifest.h) and the CLUSTER SLOTS reply of 16384 one-slot
+  // ranges with two replicas each (~300k elements, ~2.5 MB of strings).
+  uint64_t max_reply_bytes = uint64_t{68} << 20;
+  uint64_t max_reply_elements = uint64_t{1} << 20;
 };
 
 // One command's arguments, binary-safe: views into strings the caller keeps alive.
@@ -120,7 +133,7 @@ class RedisClient {
 
  private:
   struct ContextDeleter {
-    void operator()(redisContext* c) const;
+    void operator()(redisContext* c) const;  // frees its reply budget too
   };
   using Context = std::unique_ptr<redisContext, ContextDeleter>;
   struct Node;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -28,6 +29,13 @@ RedisClientOptions ClientOptions(const RedisTierOptions& o) {
   c.backoff_min = o.backoff_min;
   c.backoff_max = o.backoff_max;
   c.max_idle_connections = o.max_idle_connections;
+  // The largest reply the tier reads is a chunk or a manifest (one checksum per chunk of the
+  // largest entry); the slack is for CLUSTER SLOTS, whatever the chunk size.
+  constexpr uint64_t kSlack = uint64_t{4} << 20;
+  const uint64_t manifest =
+      kRedisManifestFixedBytes +
+      sizeof(uint64_t) * ((kMaxEntryBytes + o.chunk_bytes - 1) / o.chunk_bytes + 1);
+  c.max_reply_bytes = std::max(o.chunk_bytes, manifest) + kSlack;
   return c;
 }
 

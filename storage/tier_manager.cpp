@@ -93,15 +93,12 @@ void TierManager::WriterLoop() {
     WriteBack wb;
     {
       MutexLock lock(&mu_);
-      writer_busy_ = false;
-      if (queue_.empty()) drained_cv_.notify_all();
       // condition_variable_any unlocks and relocks mu_ itself, so the lock stays held here.
       while (queue_.empty() && !stopping_) writer_cv_.wait(mu_);
       if (queue_.empty()) return;  // stopping, and nothing left to write
       wb = std::move(queue_.front());
       queue_.pop_front();
       queued_bytes_ -= wb.entry->info.bytes;
-      writer_busy_ = true;
     }
     const Status st = WriteToSsd(wb);
     if (!st.ok()) {
@@ -110,11 +107,33 @@ void TierManager::WriterLoop() {
   }
 }
 
+TierManager::WriteBack TierManager::NewWriteBackLocked(const SegmentKey& key, Item& item,
+                                                       EntryHandle entry, bool demotion) {
+  item.pending = entry;
+  const uint64_t ticket = next_ticket_++;
+  writes_in_flight_.insert(ticket);
+  return {key, item.gen, std::move(entry), demotion, ticket};
+}
+
+void TierManager::WatchLocked(WriteWatch* watch) {
+  watch->waiting = writes_in_flight_;
+  watches_.push_back(watch);
+}
+
+Status TierManager::AwaitWatch(WriteWatch* watch) {
+  MutexLock lock(&mu_);
+  while (!watch->waiting.empty()) written_cv_.wait(mu_);
+  watches_.erase(std::find(watches_.begin(), watches_.end(), watch));
+  return watch->error;
+}
+
 void TierManager::WaitForWriteBacks() {
+  WriteWatch watch;
   {
     MutexLock lock(&mu_);
-    while (!queue_.empty() || writer_busy_) drained_cv_.wait(mu_);
+    WatchLocked(&watch);
   }
+  (void)AwaitWatch(&watch);
   if (remote_ != nullptr) remote_->WaitForWrites();
 }
 
@@ -204,8 +223,7 @@ void TierManager::EvictFromTierLocked(
       }
     }
     if (h.ok() && *below == TierKind::kSsd) {
-      item.pending = *h;
-      out->push_back({key, item.gen, *h, /*demotion=*/true});
+      out->push_back(NewWriteBackLocked(key, item, *h, /*demotion=*/true));
     } else if (h.ok()) {
       // Copied under the lock: the victim must leave tier t now to make room for the caller.
       Result<TierEntry> prepared = TierAt(*below)->Prepare(**h);
@@ -292,6 +310,16 @@ Status TierManager::WriteToSsd(const WriteBack& wb) {
   Status st = room.ok() ? ssd->Insert(*wb.entry) : room;
   MutexLock lock(&mu_);
   if (room.ok()) ssd_reserved_ -= n;
+  writes_in_flight_.erase(wb.ticket);
+  bool watched = false;
+  for (WriteWatch* w : watches_) {
+    if (w->waiting.erase(wb.ticket) == 0) continue;
+    watched = true;
+    if (!st.ok() && w->error.ok()) {
+      w->error = st.WithContext("ssd write of " + wb.key.ToHex());
+    }
+  }
+  if (watched) written_cv_.notify_all();
   auto it = items_.find(wb.key);
   if (it != items_.end() && it->second.gen == wb.gen) {
     Item& item = it->second;
@@ -392,8 +420,7 @@ Status TierManager::Store(std::shared_ptr<const HostBuffer> bytes, const PutOpti
     MutexLock lock(&mu_);
     if (!PresentLocked(key)) {
       Item& item = NewItemLocked(h->info, expires, options.pin);
-      item.pending = h;
-      writes.push_back({key, item.gen, h, /*demotion=*/false});
+      writes.push_back(NewWriteBackLocked(key, item, h, /*demotion=*/false));
       to_ssd = true;
     }
     placed = Status::Ok();
@@ -644,9 +671,12 @@ EvictResult TierManager::Evict(const EvictRequest& request) {
 Status TierManager::Flush() {
   Tier* ssd = TierAt(TierKind::kSsd);
   if (ssd == nullptr) return Status::Ok();
-  WaitForWriteBacks();  // the queued demotions first: their items are skipped below
   std::vector<WriteBack> writes;
+  WriteWatch watch;
   {
+    // One pass under the lock: every item is then on SSD, on its way there (a write in flight,
+    // which the watch covers), or memory-only and written below (its pending bytes keep an
+    // eviction meanwhile from queueing a second write).
     MutexLock lock(&mu_);
     for (auto& [key, item] : items_) {
       if ((item.mask & Bit(TierKind::kSsd)) != 0 || item.pending != nullptr) continue;
@@ -659,19 +689,17 @@ Status TierManager::Flush() {
                         : Result<EntryHandle>(copy.status());
         }
         if (!h.ok()) continue;
-        item.pending = *h;
-        writes.push_back({key, item.gen, *h, /*demotion=*/true});
+        writes.push_back(NewWriteBackLocked(key, item, *h, /*demotion=*/true));
         break;
       }
     }
+    WatchLocked(&watch);
   }
-  Status first;
-  for (const WriteBack& wb : writes) {
-    Status st = WriteToSsd(wb);
-    if (first.ok() && !st.ok()) first = st;
-  }
-  Status flushed = ssd->Flush();
-  return first.ok() ? flushed : first;
+  for (const WriteBack& wb : writes) (void)WriteToSsd(wb);  // a failure reaches the watch
+  const Status written = AwaitWatch(&watch);
+  if (remote_ != nullptr) remote_->WaitForWrites();
+  const Status flushed = ssd->Flush();
+  return written.ok() ? flushed : written;
 }
 
 uint64_t TierManager::NamespaceBytes(const std::string& name_space) const {

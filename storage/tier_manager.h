@@ -30,6 +30,11 @@
 // promotion's item generation unchanged); otherwise the copy is dropped. Demotion from HBM into
 // host RAM still copies under the lock, as it frees room the evicting caller is waiting for.
 // Nothing throws. The destructor finishes the queued write-backs before it returns.
+//
+// Durability: Flush returns once every SSD write that was queued or running when it was called
+// (on the writer thread or on any caller) has finished, together with its own writes of the
+// entries that lived only in memory, and the SSD tier has made them durable (RocksTier::Flush);
+// it reports the first of those writes that failed.
 #pragma once
 
 #include <array>
@@ -43,6 +48,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/thread_annotations.h"
@@ -175,12 +181,16 @@ class TierManager {
 
   EvictResult Evict(const EvictRequest& request);
 
-  // Writes every entry that lives only in memory to the SSD tier and flushes it (shutdown,
-  // admin FLUSH). No-op without an SSD tier.
-  Status Flush();
+  // Writes every entry that lives only in memory to the SSD tier, waits for every SSD write
+  // already queued or running (write-backs on the writer thread or on a caller, Puts placed on
+  // SSD), and makes them all durable (Tier::Flush); the remote tier's queued writes are waited
+  // for too. Used by shutdown and the admin FLUSH. Returns the first error of those writes
+  // (kIoError, kNoSpace), else the SSD tier's Flush status. No-op without an SSD tier.
+  // Entries put or evicted while it runs may or may not be covered.
+  Status Flush() EXCLUDES(mu_);
 
-  // Blocks until every queued write-back (the remote tier's writes too) has been written (or
-  // has failed).
+  // Blocks until every SSD write queued or running when it was called, and the remote tier's
+  // queued writes, have been written (or have failed).
   void WaitForWriteBacks() EXCLUDES(mu_);
 
   // Per present tier, fastest first; the remote tier last.
@@ -216,12 +226,20 @@ class TierManager {
     EntryHandle pending;
   };
 
-  // An SSD write decided under the lock and performed outside it.
+  // An SSD write decided under the lock and performed outside it. Its ticket is in
+  // writes_in_flight_ from the decision until WriteToSsd has finished it.
   struct WriteBack {
     SegmentKey key;
     uint64_t gen = 0;
     EntryHandle entry;
     bool demotion = true;
+    uint64_t ticket = 0;
+  };
+
+  // A Flush or WaitForWriteBacks waiting for the SSD writes that were in flight when it began.
+  struct WriteWatch {
+    std::unordered_set<uint64_t> waiting;  // tickets not yet finished
+    Status error;                          // the first of them that failed
   };
 
   struct PerTier {
@@ -286,6 +304,15 @@ class TierManager {
   void EraseIfEmptyLocked(std::unordered_map<SegmentKey, Item, SegmentKeyHasher>::iterator it)
       REQUIRES(mu_);
 
+  // Decides an SSD write of `entry` for `item`: marks the bytes pending (served from memory
+  // until written) and issues its ticket. REQUIRES: the write reaches WriteToSsd.
+  WriteBack NewWriteBackLocked(const SegmentKey& key, Item& item, EntryHandle entry, bool demotion)
+      REQUIRES(mu_);
+  // Starts `watch` on every SSD write in flight now; AwaitWatch blocks until they have all
+  // finished and returns the first error among them.
+  void WatchLocked(WriteWatch* watch) REQUIRES(mu_);
+  Status AwaitWatch(WriteWatch* watch) EXCLUDES(mu_);
+
   // Performs SSD writes outside the lock: the write of `watch` (the Put's own entry when it
   // was placed on SSD) on the caller, whose status it returns (OK otherwise); the demotions on
   // the writer thread while its queue has room, else on the caller.
@@ -308,15 +335,19 @@ class TierManager {
   uint64_t tick_ GUARDED_BY(mu_) = 0;
   uint64_t ssd_reserved_ GUARDED_BY(mu_) = 0;  // bytes of SSD writes in flight
 
-  // The background writer (present with an SSD tier): queue_ holds demotions not yet started;
-  // writer_busy_ is true while it writes one. writer_cv_ wakes it; drained_cv_ wakes
-  // WaitForWriteBacks when both are empty.
+  // Every SSD write decided and not yet finished (queued, on the writer thread, or on a
+  // caller), by ticket; the watches of the Flushes and WaitForWriteBacks waiting for some.
+  uint64_t next_ticket_ GUARDED_BY(mu_) = 1;
+  std::unordered_set<uint64_t> writes_in_flight_ GUARDED_BY(mu_);
+  std::vector<WriteWatch*> watches_ GUARDED_BY(mu_);
+  std::condition_variable_any written_cv_;  // a write some watch waits for has finished
+
+  // The background writer (present with an SSD tier): queue_ holds demotions not yet started.
+  // writer_cv_ wakes it.
   std::deque<WriteBack> queue_ GUARDED_BY(mu_);
   uint64_t queued_bytes_ GUARDED_BY(mu_) = 0;
-  bool writer_busy_ GUARDED_BY(mu_) = false;
   bool stopping_ GUARDED_BY(mu_) = false;
   std::condition_variable_any writer_cv_;
-  std::condition_variable_any drained_cv_;
   std::thread writer_;
 };
 

@@ -1,6 +1,7 @@
 // TierManager: placement, promotion on read, write-back demotion behind the admission policy,
 // LRU and cost-aware eviction, pins (explicit and in-flight), TTL, namespaces, Probe, Evict,
-// Flush, restart from the SSD tier, the hard capacity bound at 2x fill, a concurrent run
+// Flush (waiting for SSD writes in flight, durable through a power loss, reporting a failed
+// write), restart from the SSD tier, the hard capacity bound at 2x fill, a concurrent run
 // checked against the expected bytes of every key, and copies into a memory tier that run
 // without the manager's lock (readers go on meanwhile; races with Evict and Put of the key).
 #include "storage/tier_manager.h"
@@ -20,6 +21,7 @@
 #include "storage/hbm_tier.h"
 #include "storage/host_tier.h"
 #include "storage/rocks_tier.h"
+#include "tests/storage/fault_fs.h"
 #include "tests/storage/storage_test_util.h"
 #include "tests/support/seeded_rng.h"
 
@@ -457,15 +459,12 @@ TEST_CASE("concurrent readers and writers only ever see the bytes that were put"
   for (const auto& st : m->Stats()) CHECK(st.counters.bytes <= st.counters.capacity);
 }
 
-// A host tier that copies into CPU-backend host memory (as a pinning backend would) and whose
-// copies (Store) wait at a gate while it is closed, so that a test can hold a Put or a
-// promotion in the middle of its copy; an open gate can add a delay to every copy. The waits
-// are bounded so that a regression fails the test instead of hanging it.
-class GatedHostTier : public HostTier {
+// A gate that tier operations pass through (Pass): while it is closed they wait, so that a test
+// can hold one in the middle; an open gate can add a delay to every pass. The waits are bounded
+// so that a regression fails the test instead of hanging it.
+class Gate {
  public:
   static constexpr std::chrono::seconds kTimeout{20};
-
-  explicit GatedHostTier(uint64_t capacity) : HostTier(capacity, &gpu::CpuBackend()) {}
 
   void Close() {
     MutexLock lock(&gate_mu_);
@@ -480,7 +479,7 @@ class GatedHostTier : public HostTier {
   }
   void SetDelay(std::chrono::microseconds delay) { delay_us_ = delay.count(); }
 
-  // True once `n` copies wait at the closed gate; false after kTimeout.
+  // True once `n` operations wait at the closed gate; false after kTimeout.
   bool WaitForWaiting(int n) {
     const auto deadline = std::chrono::steady_clock::now() + kTimeout;
     MutexLock lock(&gate_mu_);
@@ -495,7 +494,7 @@ class GatedHostTier : public HostTier {
   }
 
  protected:
-  Result<TierEntry> Store(const TierEntry& entry) override {
+  void Pass() {
     {
       const auto deadline = std::chrono::steady_clock::now() + kTimeout;
       MutexLock lock(&gate_mu_);
@@ -506,7 +505,6 @@ class GatedHostTier : public HostTier {
       --waiting_;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us_.load()));
-    return HostTier::Store(entry);
   }
 
  private:
@@ -515,6 +513,41 @@ class GatedHostTier : public HostTier {
   bool open_ GUARDED_BY(gate_mu_) = true;
   int waiting_ GUARDED_BY(gate_mu_) = 0;
   std::atomic<int64_t> delay_us_{0};
+};
+
+// A host tier that copies into CPU-backend host memory (as a pinning backend would) and whose
+// copies (Store) pass the gate, so that a test can hold a Put or a promotion in the middle of
+// its copy.
+class GatedHostTier : public HostTier, public Gate {
+ public:
+  explicit GatedHostTier(uint64_t capacity) : HostTier(capacity, &gpu::CpuBackend()) {}
+
+ protected:
+  Result<TierEntry> Store(const TierEntry& entry) override {
+    Pass();
+    return HostTier::Store(entry);
+  }
+};
+
+// An SSD tier whose inserts of one key pass the gate, and then fail with an I/O error once
+// FailGated is called, so that a test can hold (or fail) that key's write in flight. The other
+// keys' inserts go straight through.
+class GatedSsd : public TierWrapper, public Gate {
+ public:
+  GatedSsd(std::unique_ptr<Tier> target, const SegmentKey& gated)
+      : TierWrapper(std::move(target)), gated_(gated) {}
+  void FailGated() { fail_ = true; }
+
+  Status Insert(const TierEntry& entry) override {
+    if (entry.info.key != gated_) return TierWrapper::Insert(entry);
+    Pass();
+    if (fail_.load()) return IoError("injected: the ssd write failed");
+    return TierWrapper::Insert(entry);
+  }
+
+ private:
+  const SegmentKey gated_;
+  std::atomic<bool> fail_{false};
 };
 
 // The host tier holds exactly the entries the manager's index places in it, and its usage is
@@ -697,6 +730,97 @@ TEST_CASE("slow copies racing Put, Get, Evict and Probe keep the host tier and i
   CHECK(bad.load() == 0);
   CHECK(hits.load() > 0);
   CheckHostMatchesIndex(**m, *host);
+}
+
+// True once pred() holds; false after Gate::kTimeout.
+template <typename Pred>
+bool Eventually(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + Gate::kTimeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+TEST_CASE("flush waits for an SSD write another thread has in flight; a power loss loses none") {
+  TempDir dir;
+  auto fault = std::make_shared<testing::FaultFs>();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(fault);
+  RocksTierOptions ro;
+  ro.path = dir.Sub("ssd");
+  ro.capacity = 100 * EntrySize();
+  ro.env = env.get();  // the WAL is written, never synced (WalMode::kAsync)
+  TierManagerOptions o;
+  o.demote_min_hits = 0;
+  o.max_writeback_bytes = 0;  // the evicting caller writes the demotion itself
+  {
+    auto rocks = RocksTier::Open(ro);
+    REQUIRE_OK(rocks);
+    auto gated = std::make_unique<GatedSsd>(std::move(*rocks), KeyOf(1));
+    GatedSsd* ssd = gated.get();
+    auto m =
+        TierManager::Create(o, nullptr, std::make_unique<HostTier>(EntrySize()), std::move(gated));
+    REQUIRE_OK(m);
+    CHECK_OK((*m)->Put(EntryBytes(1)));
+    ssd->Close();
+    Status put2;
+    std::thread putter([&] { put2 = (*m)->Put(EntryBytes(2)); });  // evicts 1, writes it
+    const bool held = ssd->WaitForWaiting(1);
+    auto flush = std::async(std::launch::async, [&] { return (*m)->Flush(); });
+    // Flush writes entry 2 (only in memory) itself, then must wait for entry 1's write. Before
+    // the fix it skipped the entry being written and returned.
+    const bool wrote_own =
+        Eventually([&] { return CountersOf((*m)->Stats(), TierKind::kSsd).inserts >= 1; });
+    const bool waited =
+        flush.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout;
+    ssd->Open();
+    putter.join();
+    CHECK(held);
+    CHECK(wrote_own);
+    CHECK(waited);
+    CHECK_OK(put2);
+    CHECK_OK(flush.get());
+    fault->Deactivate();  // the power goes out: nothing written from here on is durable
+  }
+  REQUIRE_OK(fault->DropUnsyncedData());
+  fault->Activate();
+  auto m = Manager(o, 4, Ssd(dir, 100 * EntrySize()));
+  CHECK(m->List().size() == 2);
+  for (uint64_t s = 1; s <= 2; ++s) {
+    auto got = m->Get(KeyOf(s));
+    REQUIRE_OK(got);
+    CHECK(SameBytes(*got, *EntryBytes(s)));
+  }
+}
+
+TEST_CASE("flush reports a write-back in flight that fails; the next flush is clean") {
+  TempDir dir;
+  TierManagerOptions o;
+  o.demote_min_hits = 0;  // demotions go to the writer thread
+  auto gated = std::make_unique<GatedSsd>(Ssd(dir, 100 * EntrySize()), KeyOf(1));
+  GatedSsd* ssd = gated.get();
+  auto m =
+      TierManager::Create(o, nullptr, std::make_unique<HostTier>(EntrySize()), std::move(gated));
+  REQUIRE_OK(m);
+  CHECK_OK((*m)->Put(EntryBytes(1)));
+  ssd->Close();
+  CHECK_OK((*m)->Put(EntryBytes(2)));  // evicts 1: queued, held on the writer thread
+  const bool held = ssd->WaitForWaiting(1);
+  auto flush = std::async(std::launch::async, [&] { return (*m)->Flush(); });
+  // Entry 2's write shows that Flush has taken stock of the writes in flight.
+  const bool wrote_own =
+      Eventually([&] { return CountersOf((*m)->Stats(), TierKind::kSsd).inserts >= 1; });
+  ssd->FailGated();
+  ssd->Open();
+  const Status flushed = flush.get();
+  CHECK(held);
+  CHECK(wrote_own);
+  CHECK(flushed.code() == StatusCode::kIoError);
+  CHECK(flushed.message().find(KeyOf(1).ToHex()) != std::string::npos);
+  CHECK_OK((*m)->Flush());  // nothing in flight: the earlier failure is not reported again
+  CHECK((*m)->Get(KeyOf(1)).status().code() == StatusCode::kNotFound);  // lost, never wrong
+  CHECK_OK((*m)->Get(KeyOf(2)));
 }
 
 }  // namespace

@@ -23,18 +23,20 @@ struct Flags {
   std::string wal = "async";
   std::string placement = "host";
   std::string policy = "lru";
-  double min_mib = 1, max_mib = 4, host_mib = 64, ssd_mib = 1024;
+  double min_mib = 1, max_mib = 4, hbm_mib = 0, host_mib = 64, ssd_mib = 1024;
   std::string log_level = "warn";
 };
 
 void AddStoreFlags(CLI::App& sub, Flags& f) {
   sub.add_option("--dir", f.store.dir, "Store directory (the SSD tier is DIR/db)")->required();
+  sub.add_option("--hbm-mib", f.hbm_mib,
+                 "Device tier capacity in MiB, on the CPU backend (0: none)");
   sub.add_option("--host-mib", f.host_mib, "Host RAM tier capacity in MiB (0: none)");
-  sub.add_option("--ssd-mib", f.ssd_mib, "SSD tier capacity in MiB");
+  sub.add_option("--ssd-mib", f.ssd_mib, "SSD tier capacity in MiB (0: none, memory only)");
   sub.add_option("--wal", f.wal, "SSD WAL: off, async, sync")
       ->check(CLI::IsMember({"off", "async", "sync"}));
-  sub.add_option("--placement", f.placement, "Where puts go: host, ssd")
-      ->check(CLI::IsMember({"host", "ssd"}));
+  sub.add_option("--placement", f.placement, "Where puts go: hbm, host, ssd")
+      ->check(CLI::IsMember({"hbm", "host", "ssd"}));
   sub.add_option("--policy", f.policy, "Eviction policy: lru, cost")
       ->check(CLI::IsMember({"lru", "cost"}));
   sub.add_option("--keys", f.store.keys, "Key space (seeds 0..keys-1)");
@@ -45,6 +47,7 @@ void AddStoreFlags(CLI::App& sub, Flags& f) {
 
 bool Finish(Flags& f) {
   auto mib = [](double v) { return static_cast<uint64_t>(v * 1024 * 1024); };
+  f.store.hbm_bytes = mib(f.hbm_mib);
   f.store.host_bytes = mib(f.host_mib);
   f.store.ssd_bytes = mib(f.ssd_mib);
   f.store.min_entry_bytes = mib(f.min_mib);
@@ -52,7 +55,9 @@ bool Finish(Flags& f) {
   f.store.wal = f.wal == "off"    ? storage::WalMode::kOff
                 : f.wal == "sync" ? storage::WalMode::kSync
                                   : storage::WalMode::kAsync;
-  f.store.placement = f.placement == "ssd" ? storage::TierKind::kSsd : storage::TierKind::kHost;
+  f.store.placement = f.placement == "ssd"   ? storage::TierKind::kSsd
+                      : f.placement == "hbm" ? storage::TierKind::kHbm
+                                             : storage::TierKind::kHost;
   f.store.policy =
       f.policy == "cost" ? storage::EvictionPolicy::kCostAware : storage::EvictionPolicy::kLru;
   Status st = InitLogging(f.log_level);

@@ -12,6 +12,8 @@
 
 #include "core/hash.h"
 #include "core/thread_annotations.h"
+#include "gpu/backend.h"
+#include "storage/hbm_tier.h"
 #include "storage/host_tier.h"
 #include "storage/synthetic_entry.h"
 #include "tools/hypic-stress/ack_log.h"
@@ -104,23 +106,32 @@ std::string VerifyReport::ToString() const {
 }
 
 Result<std::unique_ptr<storage::TierManager>> OpenStore(const StoreConfig& config) {
-  storage::RocksTierOptions ro;
-  ro.path = config.dir + "/db";
-  ro.capacity = config.ssd_bytes;
-  ro.wal = config.wal;
-  HYPIC_ASSIGN_OR_RETURN(std::unique_ptr<storage::RocksTier> ssd, storage::RocksTier::Open(ro));
-  std::unique_ptr<storage::Tier> host;
+  std::unique_ptr<storage::Tier> hbm, host, ssd;
+  if (config.hbm_bytes > 0) {
+    // The CPU backend stands in for a GPU: the same copies, verified on the way back.
+    HYPIC_ASSIGN_OR_RETURN(hbm, storage::HbmTier::Create(gpu::CpuBackend(), 0, config.hbm_bytes));
+  }
   if (config.host_bytes > 0) host = std::make_unique<storage::HostTier>(config.host_bytes);
+  if (config.ssd_bytes > 0) {
+    storage::RocksTierOptions ro;
+    ro.path = config.dir + "/db";
+    ro.capacity = config.ssd_bytes;
+    ro.wal = config.wal;
+    HYPIC_ASSIGN_OR_RETURN(ssd, storage::RocksTier::Open(ro));
+  }
   storage::TierManagerOptions mo;
   mo.placement = config.placement;
   mo.policy = config.policy;
   mo.demote_min_hits = 0;  // the stress wants traffic through every tier
-  return storage::TierManager::Create(mo, nullptr, std::move(host), std::move(ssd));
+  return storage::TierManager::Create(mo, std::move(hbm), std::move(host), std::move(ssd));
 }
 
 Result<RunReport> Run(const StoreConfig& store, const RunConfig& run) {
   if (store.keys == 0 || store.min_entry_bytes > store.max_entry_bytes) {
     return BadRequest("stress: need keys > 0 and min entry size <= max entry size");
+  }
+  if (store.hbm_bytes == 0 && store.host_bytes == 0 && store.ssd_bytes == 0) {
+    return BadRequest("stress: no tier (every capacity is 0)");
   }
   HYPIC_ASSIGN_OR_RETURN(std::unique_ptr<storage::TierManager> m, OpenStore(store));
   Expected expected(store);
@@ -250,6 +261,7 @@ Result<RunReport> Run(const StoreConfig& store, const RunConfig& run) {
 }
 
 Result<VerifyReport> Verify(const StoreConfig& store, const std::string& ack_log) {
+  if (store.ssd_bytes == 0) return BadRequest("stress verify: needs an SSD tier (--ssd-mib > 0)");
   VerifyReport r;
   auto t0 = std::chrono::steady_clock::now();
   HYPIC_ASSIGN_OR_RETURN(std::unique_ptr<storage::TierManager> m, OpenStore(store));

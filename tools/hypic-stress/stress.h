@@ -1,5 +1,6 @@
 // The hypic-stress workload and verifier. A run drives random put / get / probe+pin / evict /
-// pin / flush operations from several threads against a TierManager (host RAM over RocksDB) and
+// pin / flush operations from several threads against a TierManager (host RAM over RocksDB by
+// default; a device tier on the CPU backend above it, or no SSD tier at all, as configured) and
 // checks every hit against the expected state: the bytes a key must hold are a pure function
 // of its seed (storage/synthetic_entry.h), and acknowledged puts are logged durably (AckLog).
 // Verify reopens a store (after a clean exit or a kill -9), reads back every stored entry and
@@ -26,8 +27,9 @@ namespace hypic::stress {
 
 struct StoreConfig {
   std::string dir;                    // the SSD tier lives in dir/db
+  uint64_t hbm_bytes = 0;             // a device tier on the CPU backend; 0: none
   uint64_t host_bytes = 64ull << 20;  // 0: no host tier
-  uint64_t ssd_bytes = 1ull << 30;
+  uint64_t ssd_bytes = 1ull << 30;    // 0: no SSD tier (memory only; Verify needs one)
   storage::WalMode wal = storage::WalMode::kAsync;
   storage::TierKind placement = storage::TierKind::kHost;
   storage::EvictionPolicy policy = storage::EvictionPolicy::kLru;
@@ -90,7 +92,7 @@ class Expected {
   std::unordered_map<uint64_t, uint64_t> hash_ GUARDED_BY(mu_);
 };
 
-// Opens host RAM over RocksDB as the config says (reopening an existing DB rebuilds the index).
+// Opens the tiers the config names (reopening an existing DB rebuilds the index).
 Result<std::unique_ptr<storage::TierManager>> OpenStore(const StoreConfig& config);
 
 Result<RunReport> Run(const StoreConfig& store, const RunConfig& run);
