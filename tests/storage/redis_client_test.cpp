@@ -118,7 +118,10 @@ struct Outcome {
 Outcome RunGet(RedisClient& client) {
   Outcome out;
   out.status = client.Run(
-      "k", 1, [](size_t) { return RedisArgs{"GET", "k"}; },
+      "k", 1,
+      [](size_t) {
+        return RedisArgs{"GET", "k"};
+      },
       [&](size_t, const redisReply& r) {
         out.type = r.type;
         if (r.str != nullptr) out.text.assign(r.str, r.len);
