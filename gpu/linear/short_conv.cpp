@@ -27,16 +27,25 @@ void ConvRows(const ConvShape& shape, const float* x, int64_t ldx, const float* 
   auto row = [&](int64_t p) -> const float* {
     return p < K - 1 ? state + p * C : x + (p - (K - 1)) * ldx;
   };
+  // Per block of kBlock channels, the sum stays in registers across the taps and y is written
+  // once (rather than a zero pass and K read-modify-write passes over the row). Each element
+  // is still bias, then + tap 0, ..., + tap K-1, in that order: the bits of the plain loop.
+  constexpr int kBlock = 64;
   for (int64_t t = t0; t < t1; ++t) {
     float* yt = y + (t - t0) * ldy;
-    for (int c = 0; c < C; ++c) yt[c] = bias != nullptr ? bias[c] : 0.0f;
-    for (int j = 0; j < K; ++j) {
-      const float* xr = row(t + j);
-      const float* wj = taps + int64_t{j} * C;
-      for (int c = 0; c < C; ++c) yt[c] += wj[c] * xr[c];
-    }
-    if (apply_silu) {
-      for (int c = 0; c < C; ++c) yt[c] = Silu(yt[c]);
+    for (int c0 = 0; c0 < C; c0 += kBlock) {
+      const int n = std::min(kBlock, C - c0);
+      float acc[kBlock];
+      for (int i = 0; i < n; ++i) acc[i] = bias != nullptr ? bias[c0 + i] : 0.0f;
+      for (int j = 0; j < K; ++j) {
+        const float* xr = row(t + j) + c0;
+        const float* wj = taps + int64_t{j} * C + c0;
+        for (int i = 0; i < n; ++i) acc[i] += wj[i] * xr[i];
+      }
+      if (apply_silu) {
+        for (int i = 0; i < n; ++i) acc[i] = Silu(acc[i]);
+      }
+      std::memcpy(yt + c0, acc, static_cast<size_t>(n) * sizeof(float));
     }
   }
 }
