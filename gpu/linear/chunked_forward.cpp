@@ -86,6 +86,7 @@ class ChunkKernel {
     b_.resize(kind_ == DecayKind::kDiag ? c * dk : c);
     eb_.resize(b_.size());
     eend_.resize(b_.size());
+    einv_.resize(kind_ == DecayKind::kScalar ? c : 0);
     decay_end_.resize(kind_ == DecayKind::kDiag ? dk : 1);
     vt_.resize(c * dk);
     if (t_block_ < chunk) {
@@ -157,6 +158,8 @@ class ChunkKernel {
  private:
   // Smaller blocks would cost more in BLAS calls than they gain in accuracy.
   static constexpr int kMinTransitionBlock = 8;
+  // e^600 and e^-600 are well inside double's range (about e^+-709).
+  static constexpr double kMaxFactoredLogDecay = 600.0;
 
   // Element (r, d) of a per-chunk decay factor array (1 without decay).
   double Factor(const std::vector<double>& f, int r, int d) const {
@@ -216,9 +219,12 @@ class ChunkKernel {
         b_[r] = acc;
       }
       decay_end_[0] = static_cast<float>(std::exp(b_[L - 1]));
+      factored_ = true;
       for (int r = 0; r < L; ++r) {
         eb_[r] = std::exp(b_[r]);
+        einv_[r] = std::exp(-b_[r]);
         eend_[r] = std::exp(b_[L - 1] - b_[r]);
+        factored_ = factored_ && std::abs(b_[r]) <= kMaxFactoredLogDecay;
       }
     } else if (kind_ == DecayKind::kDiag) {
       for (int d = 0; d < dk; ++d) {
@@ -247,12 +253,32 @@ class ChunkKernel {
         Gemm(Trans::kNo, Trans::kYes, L, L, dk, 1.0f, k_.data(), dk, k_.data(), dk, 0.0f,
              a_kk_.data(), L);
       }
+      // The scalar decay's factor e^{b_r - b_s} as e^{b_r} e^{-b_s}: two exps per row rather
+      // than one per pair, in double, whose product is within a few double ulps of the exp of
+      // the difference (far below the fp32 score's rounding). Only while every |b| is at most
+      // kMaxFactoredLogDecay, so that neither factor overflows or underflows; a chunk that
+      // decays further takes the exp of each difference.
+      const bool scalar = kind_ == DecayKind::kScalar;
       for (int r = 0; r < L; ++r) {
-        for (int s = 0; s < L; ++s) {
-          const int64_t i = int64_t{r} * L + s;
-          const double f = kind_ == DecayKind::kScalar && s <= r ? std::exp(b_[r] - b_[s]) : 1.0;
-          a_qk_[i] = s <= r ? static_cast<float>(a_qk_[i] * f) : 0.0f;
-          if (delta_) a_kk_[i] = s < r ? static_cast<float>(beta_[r] * a_kk_[i] * f) : 0.0f;
+        float* qk = &a_qk_[int64_t{r} * L];
+        float* kk = delta_ ? &a_kk_[int64_t{r} * L] : nullptr;
+        const float beta = delta_ ? beta_[r] : 0.0f;
+        if (scalar && factored_) {
+          const double ebr = eb_[r];
+          for (int s = 0; s <= r; ++s) qk[s] = static_cast<float>(qk[s] * (ebr * einv_[s]));
+          for (int s = 0; delta_ && s < r; ++s) {
+            kk[s] = static_cast<float>(beta * kk[s] * (ebr * einv_[s]));
+          }
+        } else {
+          for (int s = 0; s <= r; ++s) {
+            const double f = scalar ? std::exp(b_[r] - b_[s]) : 1.0;
+            qk[s] = static_cast<float>(qk[s] * f);
+            if (delta_ && s < r) kk[s] = static_cast<float>(beta * kk[s] * f);
+          }
+        }
+        for (int s = r + 1; s < L; ++s) qk[s] = 0.0f;
+        if (delta_) {
+          for (int s = r; s < L; ++s) kk[s] = 0.0f;
         }
       }
       return;
@@ -317,6 +343,8 @@ class ChunkKernel {
   // Chunk-local cumulative log-decay b, kept in double (its rounding would enter every
   // exponent), and the factors e^b and e^{b_L - b}: [L] for a scalar decay, [L, dk] diagonal.
   std::vector<double> b_, eb_, eend_;
+  std::vector<double> einv_;  // scalar decay: e^{-b}
+  bool factored_ = false;     // scalar decay: every |b| <= kMaxFactoredLogDecay
   // The transition chain's W T, and its per-block factors when t_block_ < the chunk.
   std::vector<float> vt_, w_block_, k_block_, decay_block_;
 };
