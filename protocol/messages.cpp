@@ -307,6 +307,46 @@ Result<PrefillReply> Decode<PrefillReply>(ByteSpan bytes) {
   return m;
 }
 
+Bytes Encode(const PrefillOptions& m) {
+  return EncodeWith(m,
+                    [](WireWriter& w, const PrefillOptions& x) { w.U8(x.return_entries ? 1 : 0); });
+}
+
+template <>
+Result<PrefillOptions> Decode<PrefillOptions>(ByteSpan bytes) {
+  WireReader r(bytes);
+  PrefillOptions m;
+  HYPIC_RETURN_IF_ERROR(r.Bool(&m.return_entries));
+  HYPIC_RETURN_IF_ERROR(r.Finish("PREFILL options"));
+  return m;
+}
+
+Result<PrefillOptions> DecodePrefillOptions(ByteSpan ext) {
+  if (ext.empty()) return PrefillOptions{};
+  return Decode<PrefillOptions>(ext);
+}
+
+size_t PrefillReplyHeadSize(uint32_t n_results) { return 4 + size_t{n_results} * 30 + 40; }
+
+Result<PrefillEntriesReply> DecodePrefillEntriesReply(ByteSpan body) {
+  WireReader counts(body);
+  uint32_t n = 0;
+  HYPIC_RETURN_IF_ERROR(counts.Count(&n, kMaxSegments, 30, "PREFILL results"));
+  const size_t head = PrefillReplyHeadSize(n);
+  if (body.size() < head) return BadRequest("PREFILL reply: truncated results");
+  PrefillEntriesReply out;
+  HYPIC_ASSIGN_OR_RETURN(out.reply, Decode<PrefillReply>(body.first(head)));
+  WireReader r(body.subspan(head));
+  for (const PrefillResult& p : out.reply.results) {
+    ByteSpan entry;
+    if (p.bytes > r.remaining()) return BadRequest("PREFILL reply: an entry is truncated");
+    HYPIC_RETURN_IF_ERROR(r.View(static_cast<size_t>(p.bytes), &entry, "PREFILL entry"));
+    out.entries.push_back(entry);
+  }
+  HYPIC_RETURN_IF_ERROR(r.Finish("PREFILL reply entries"));
+  return out;
+}
+
 // ---- COMPOSE ----
 
 Bytes Encode(const ComposeRequest& m) {

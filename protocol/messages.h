@@ -52,6 +52,9 @@ inline constexpr uint64_t kFeatureXxh3 = 1u << 0;         // accepts xxh3-64 bod
 inline constexpr uint64_t kFeatureChunked = 1u << 1;      // accepts kFlagMore streams
 inline constexpr uint64_t kFeatureStateInline = 1u << 2;  // COMPOSE can return the state
 inline constexpr uint64_t kFeatureStateFirst = 1u << 3;   // COMPOSE takes StateLayout kStateFirst
+// PREFILL can return the entries it prefilled (PrefillOptions::return_entries): what a router
+// daemon needs of a peer it scatters segments to.
+inline constexpr uint64_t kFeaturePrefillEntries = 1u << 4;
 
 struct HelloRequest {
   uint16_t min_version = kMinVersion;
@@ -123,6 +126,15 @@ struct PrefillRequest {
   uint32_t seam_w = kDefaultSeam;
   std::vector<std::vector<uint32_t>> segments;
   friend bool operator==(const PrefillRequest&, const PrefillRequest&) = default;
+};
+
+// PREFILL request ext (empty ext = defaults).
+struct PrefillOptions {
+  // Append each result's serialized entry to the reply (a peer daemon computing for a router);
+  // the segments are then computed on the daemon's own workers only, never forwarded to its
+  // peers.
+  bool return_entries = false;
+  friend bool operator==(const PrefillOptions&, const PrefillOptions&) = default;
 };
 
 struct PrefillResult {
@@ -292,6 +304,7 @@ Bytes Encode(const HasReply& m);
 Bytes Encode(const GetInfo& m);
 Bytes Encode(const PutOptions& m);
 Bytes Encode(const PrefillRequest& m);
+Bytes Encode(const PrefillOptions& m);
 Bytes Encode(const PrefillReply& m);
 Bytes Encode(const ComposeRequest& m);
 Bytes Encode(const ComposeOptions& m);
@@ -304,6 +317,21 @@ Bytes Encode(const VerifyReply& m);
 
 template <typename T>
 Result<T> Decode(ByteSpan bytes);
+
+// PrefillOptions from a PREFILL ext: empty ext means the defaults.
+Result<PrefillOptions> DecodePrefillOptions(ByteSpan ext);
+
+// The body of a PREFILL reply with return_entries: the PrefillReply, then each result's entry
+// (results[i].bytes bytes, docs/entry-format.md) in result order. `entries` view into the body.
+struct PrefillEntriesReply {
+  PrefillReply reply;
+  std::vector<ByteSpan> entries;
+};
+// The head's size in bytes for `n_results` results (where the first entry starts).
+size_t PrefillReplyHeadSize(uint32_t n_results);
+// kBadRequest/kTooLarge as Decode<PrefillReply> for the head, and kBadRequest unless the rest of
+// the body is exactly the entries' declared bytes. The entries themselves are not parsed.
+Result<PrefillEntriesReply> DecodePrefillEntriesReply(ByteSpan body);
 
 // PutOptions from a PUT ext: empty ext means the defaults.
 Result<PutOptions> DecodePutOptions(ByteSpan ext);

@@ -224,6 +224,36 @@ std::vector<ConfigKey> BuildKeys() {
                              "remote store connect and command timeout; past it the tier is "
                              "degraded and retried with backoff",
                              &ServerConfig::remote_timeout_ms));
+  keys.push_back(ParsedKey<std::vector<PeerConfig>>(
+      "peers",
+      "peer hypicd daemons (same model) computing missed segments: comma-separated "
+      "host:port[;weight=W][;concurrency=N][;token=T]; in TOML also an array of strings or of "
+      "{address, token, weight, concurrency} tables",
+      &ServerConfig::peers,
+      [](std::string_view v) -> Result<std::vector<PeerConfig>> {
+        std::vector<PeerConfig> peers;
+        for (std::string_view rest = v; !Trim(rest).empty();) {
+          const size_t comma = rest.find(',');
+          HYPIC_ASSIGN_OR_RETURN(PeerConfig p, PeerConfig::Parse(rest.substr(0, comma)));
+          peers.push_back(std::move(p));
+          rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+        }
+        return peers;
+      },
+      [](const std::vector<PeerConfig>& peers) {
+        std::string out;
+        for (const PeerConfig& p : peers) out += (out.empty() ? "" : ",") + p.ToString();
+        return out;
+      }));
+  keys.push_back(StringKey("peer_token", "HELLO token for the peers that have none of their own",
+                           &ServerConfig::peer_token, /*secret=*/true));
+  keys.push_back(DurationKey("peer_timeout_ms",
+                             "longest connect plus remote PREFILL on a peer; past it the job "
+                             "runs elsewhere and the peer backs off",
+                             &ServerConfig::peer_timeout_ms));
+  keys.push_back(DurationKey("peer_backoff_ms",
+                             "first backoff of a failed peer (doubling per failure, up to 30s)",
+                             &ServerConfig::peer_backoff_ms));
   keys.push_back(CapacityKey(
       "prefix_cache_capacity",
       "COMPOSE mode prefix checkpoint bytes; auto = min(4GiB, 25% of the RAM tier); 0 disables",
@@ -421,6 +451,55 @@ Result<TenantConfig> ParseTenant(const toml::table& table, const std::string& wh
   return t;
 }
 
+// `peers = [...]`: strings (PeerConfig::Parse) or {address, token, weight, concurrency} tables.
+Result<std::vector<PeerConfig>> ParsePeerArray(const toml::array& items,
+                                               const std::string& source) {
+  std::vector<PeerConfig> peers;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const toml::node& item = *items.get(i);
+    auto error = [&](const std::string& what) {
+      return BadRequest(fmt::format("config key 'peers' ({}): item {}: {}", source, i + 1, what));
+    };
+    if (auto text = item.value_exact<std::string>()) {
+      auto p = PeerConfig::Parse(*text);
+      if (!p.ok()) return error(p.status().message());
+      peers.push_back(std::move(p).value());
+      continue;
+    }
+    const toml::table* table = item.as_table();
+    if (table == nullptr) return error("expected a string or a table");
+    PeerConfig p;
+    bool has_address = false;
+    for (const auto& [key_view, node] : *table) {
+      const std::string_view key = key_view.str();
+      if (key == "address") {
+        auto v = node.value_exact<std::string>();
+        auto ep = v ? Endpoint::Parse(*v) : Result<Endpoint>(BadRequest("expected a string"));
+        if (!ep.ok()) return error("address: " + ep.status().message());
+        p.address = std::move(ep).value();
+        has_address = true;
+      } else if (key == "token") {
+        auto v = node.value_exact<std::string>();
+        if (!v || v->empty()) return error("token: expected a non-empty string");
+        p.token = *v;
+      } else if (key == "weight") {
+        auto v = node.value<double>();
+        if (!v || !std::isfinite(*v) || *v <= 0.0) return error("weight: expected a number > 0");
+        p.weight = *v;
+      } else if (key == "concurrency") {
+        auto v = node.value_exact<int64_t>();
+        if (!v || *v < 1 || *v > 64) return error("concurrency: expected an integer 1..64");
+        p.concurrency = static_cast<uint32_t>(*v);
+      } else {
+        return error(fmt::format("unknown key '{}' (address, token, weight, concurrency)", key));
+      }
+    }
+    if (!has_address) return error("address: missing");
+    peers.push_back(std::move(p));
+  }
+  return peers;
+}
+
 Status ApplyToml(ServerConfig& c, const std::string& name, std::optional<std::string_view> text) {
   HYPIC_ASSIGN_OR_RETURN(toml::table table, ParseToml(name, text));
   std::string source = fmt::format("file {}", name);
@@ -439,6 +518,10 @@ Status ApplyToml(ServerConfig& c, const std::string& name, std::optional<std::st
                         fmt::format("config file {}: [[tenant]] #{}", name, i + 1)));
         c.tenants.push_back(std::move(t));
       }
+      continue;
+    }
+    if (key_name == "peers" && node.is_array()) {
+      HYPIC_ASSIGN_OR_RETURN(c.peers, ParsePeerArray(*node.as_array(), source));
       continue;
     }
     const ConfigKey* key = FindKey(key_name);
@@ -523,6 +606,52 @@ Result<Endpoint> Endpoint::Parse(std::string_view text) {
   }
   ep.port = static_cast<uint16_t>(*port);
   return ep;
+}
+
+std::string PeerConfig::ToString() const {
+  std::string out = address.ToString();
+  if (weight != 1.0) out += fmt::format(";weight={}", weight);
+  if (concurrency != 1) out += fmt::format(";concurrency={}", concurrency);
+  if (!token.empty()) out += ";token=<set>";
+  return out;
+}
+
+Result<PeerConfig> PeerConfig::Parse(std::string_view text) {
+  PeerConfig p;
+  const size_t semi = text.find(';');
+  HYPIC_ASSIGN_OR_RETURN(p.address, Endpoint::Parse(text.substr(0, semi)));
+  for (std::string_view rest = semi == std::string_view::npos ? "" : text.substr(semi + 1);
+       !rest.empty();) {
+    const size_t next = rest.find(';');
+    const std::string item = Trim(rest.substr(0, next));
+    rest = next == std::string_view::npos ? std::string_view() : rest.substr(next + 1);
+    const size_t eq = item.find('=');
+    const std::string key = Trim(std::string_view(item).substr(0, eq));
+    const std::string value =
+        eq == std::string::npos ? "" : Trim(std::string_view(item).substr(eq + 1));
+    if (key == "weight") {
+      double w = 0.0;
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), w);
+      if (ec != std::errc() || ptr != value.data() + value.size() || !std::isfinite(w) ||
+          w <= 0.0) {
+        return BadRequest(fmt::format("peer '{}': weight '{}' is not a number > 0", text, value));
+      }
+      p.weight = w;
+    } else if (key == "concurrency") {
+      auto n = ParseUnsigned(value);
+      if (!n.ok() || *n < 1 || *n > 64) {
+        return BadRequest(
+            fmt::format("peer '{}': concurrency '{}' is not an integer 1..64", text, value));
+      }
+      p.concurrency = static_cast<uint32_t>(*n);
+    } else if (key == "token" && !value.empty()) {
+      p.token = value;
+    } else {
+      return BadRequest(
+          fmt::format("peer '{}': '{}' is not weight=W, concurrency=N or token=T", text, item));
+    }
+  }
+  return p;
 }
 
 std::string ServerConfig::UnixSocketPath() const {

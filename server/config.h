@@ -61,6 +61,24 @@ struct TenantConfig {
   std::optional<uint32_t> max_compute_inflight;  // its PREFILL/COMPOSE queued or running
 };
 
+// One peer daemon the misses may be scattered to (server/peer.h; docs/operations-server.md,
+// "Peers"): `peers` items.
+struct PeerConfig {
+  Endpoint address;
+  std::string token;  // empty: peer_token
+  double weight = 1.0;
+  uint32_t concurrency = 1;
+
+  // "host:port[;weight=W][;concurrency=N][;token=T]" (token printed as <set>).
+  std::string ToString() const;
+  static Result<PeerConfig> Parse(std::string_view text);
+  friend bool operator==(const PeerConfig&, const PeerConfig&) = default;
+};
+// Endpoint has no operator== of its own.
+inline bool operator==(const Endpoint& a, const Endpoint& b) {
+  return a.host == b.host && a.port == b.port;
+}
+
 struct ServerConfig {
   // Where the file came from ("" when none); informational.
   std::string config_file;
@@ -99,6 +117,11 @@ struct ServerConfig {
   uint32_t remote_min_tokens = 256;
   uint64_t remote_chunk_bytes = 2ull << 20;
   uint32_t remote_timeout_ms = 1000;  // connect and each command
+  // Peer daemons (same model) that compute missed segments as remote scatter workers.
+  std::vector<PeerConfig> peers;
+  std::string peer_token;            // HELLO token for peers without their own
+  uint32_t peer_timeout_ms = 10000;  // connect + one remote PREFILL at most
+  uint32_t peer_backoff_ms = 500;    // first backoff of a failed peer (doubling, to 30 s)
   // COMPOSE mode `prefix` checkpoints; nullopt = "auto" until resolved; 0 disables the mode.
   std::optional<uint64_t> prefix_cache_capacity;
 

@@ -76,7 +76,7 @@ Handlers::~Handlers() = default;
 protocol::HelloReply Handlers::HelloInfo() const {
   protocol::HelloReply r;
   r.features = protocol::kFeatureXxh3 | protocol::kFeatureChunked | protocol::kFeatureStateInline |
-               protocol::kFeatureStateFirst;
+               protocol::kFeatureStateFirst | protocol::kFeaturePrefillEntries;
   r.server_version = std::string(kServerVersion);
   r.model_name = config_.model;
   if (model_) r.model_fingerprint = model_->fingerprint();
@@ -396,6 +396,28 @@ Reply Handlers::Stats(const Request& req) const {
     }
     j["remote_nodes"] = std::move(rows);
   }
+  if (const auto peers = control_.peer_stats ? control_.peer_stats() : std::vector<PeerStats>();
+      !peers.empty()) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const PeerStats& p : peers) {
+      rows.push_back({{"name", p.address},
+                      {"up", p.up},
+                      {"refused", p.refused},
+                      {"jobs", p.jobs_ok},
+                      {"failures", p.jobs_failed},
+                      {"timeouts", p.timeouts},
+                      {"errors", p.errors},
+                      {"bad_entries", p.bad_entries},
+                      {"refusals", p.refusals},
+                      {"tokens", p.tokens},
+                      {"bytes_received", p.bytes_received},
+                      {"tokens_per_s", p.tokens_per_s},
+                      {"bytes_per_s", p.bytes_per_s},
+                      {"last_error", p.last_error}});
+    }
+    j["peers"] = std::move(rows);
+    j["scheduler"] = {{"failovers", scheduler_ ? scheduler_->stats().failovers : 0}};
+  }
   if (prefix_cache_) {
     model::PrefixCacheStats p = prefix_cache_->Stats();
     j["prefix_cache"] = {{"nodes", p.nodes},
@@ -545,6 +567,8 @@ Result<protocol::Bytes> Handlers::Prefill(const Request& req) {
   auto start = Clock::now();
   HYPIC_ASSIGN_OR_RETURN(protocol::PrefillRequest in,
                          protocol::Decode<protocol::PrefillRequest>(req.Body()));
+  HYPIC_ASSIGN_OR_RETURN(const protocol::PrefillOptions prefill_options,
+                         protocol::DecodePrefillOptions(req.ext));
   HYPIC_ASSIGN_OR_RETURN(in.name_space, ComputeNamespace(req, in.name_space));
   uint32_t seam = SeamOf(in.seam_w);
   const model::SegmentOptions options = SegmentOptionsOf(in.name_space, seam);
@@ -564,6 +588,8 @@ Result<protocol::Bytes> Handlers::Prefill(const Request& req) {
     r.was_cached = entries[i] != nullptr;
     if (!entries[i]) {
       jobs.push_back(runtime::MakeSegmentJob(model_, in.segments[i], options));
+      // A router's request: computed here, never forwarded to this daemon's own peers.
+      jobs.back().local_only = prefill_options.return_entries;
       job_index.push_back(i);
     }
   }
@@ -593,7 +619,38 @@ Result<protocol::Bytes> Handlers::Prefill(const Request& req) {
   out.timings.probe_us = Micros(probe_done - start);
   out.timings.prefill_us = Micros(Clock::now() - probe_done);
   out.timings.total_us = Micros(Clock::now() - start);
-  return protocol::Encode(out);
+  if (!prefill_options.return_entries) return protocol::Encode(out);
+  return PrefillEntriesBody(req, out, entries);
+}
+
+Result<protocol::Bytes> Handlers::PrefillEntriesBody(const Request& req,
+                                                     protocol::PrefillReply& out,
+                                                     std::span<const EntryPtr> entries) {
+  std::vector<std::shared_ptr<const HostBuffer>> bytes;
+  uint64_t total = protocol::PrefillReplyHeadSize(static_cast<uint32_t>(entries.size()));
+  for (size_t i = 0; i < entries.size(); ++i) {
+    HYPIC_ASSIGN_OR_RETURN(auto serialized, storage::Serialize(*entries[i]));
+    out.results[i].bytes = serialized->size();
+    total += serialized->size();
+    bytes.push_back(std::move(serialized));
+  }
+  protocol::Bytes head = protocol::Encode(out);
+  const uint64_t limit = req.chunks ? config_.max_message_bytes : config_.max_body_bytes;
+  if (total > limit) {
+    return TooLarge(fmt::format("the PREFILL reply with its entries is {} bytes, over {} {}", total,
+                                req.chunks ? "max_message_bytes" : "max_frame_body", limit));
+  }
+  if (!req.chunks) {
+    protocol::Bytes body = std::move(head);
+    body.reserve(total);
+    for (const auto& b : bytes) body.insert(body.end(), b->span().begin(), b->span().end());
+    return body;
+  }
+  // Streamed: the head, then each entry from its own buffer, in chunks.
+  HYPIC_RETURN_IF_ERROR(req.chunks->Queue(Reply::Ok(req, std::move(head))));
+  for (const auto& b : bytes) HYPIC_RETURN_IF_ERROR(QueueChunks(req, b, b->span()));
+  HYPIC_RETURN_IF_ERROR(req.chunks->Flush(StreamFlushTimeout()));
+  return protocol::Bytes();  // the final chunk: the stream is complete
 }
 
 Result<protocol::Bytes> Handlers::Compose(const Request& req) {
@@ -841,6 +898,18 @@ uint64_t Handlers::StreamChunkBytes() const {
 std::chrono::milliseconds Handlers::StreamFlushTimeout() const {
   // Past the session's write deadline, which closes a connection that stopped reading first.
   return std::chrono::milliseconds(config_.idle_timeout_ms) + 5s;
+}
+
+Status Handlers::QueueChunks(const Request& req, std::shared_ptr<const void> owner,
+                             protocol::ByteSpan bytes) {
+  const uint64_t piece = StreamChunkBytes();
+  for (uint64_t at = 0; at < bytes.size(); at += piece) {
+    Reply r = Reply::Ok(req);
+    r.view_owner = owner;
+    r.view = bytes.subspan(at, std::min<uint64_t>(piece, bytes.size() - at));
+    HYPIC_RETURN_IF_ERROR(req.chunks->Queue(std::move(r)));
+  }
+  return Status::Ok();
 }
 
 Result<model::ComposeResult> Handlers::ComposePrefix(const std::string& name_space,

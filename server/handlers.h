@@ -44,6 +44,7 @@
 #include "server/compute_queue.h"
 #include "server/config.h"
 #include "server/metrics.h"
+#include "server/peer.h"
 #include "server/request.h"
 #include "storage/tier_manager.h"
 
@@ -53,6 +54,7 @@ namespace hypic::server {
 struct ServerControl {
   std::function<void(const std::string& reason)> request_shutdown;
   std::function<size_t()> connection_count;
+  std::function<std::vector<PeerStats>()> peer_stats;  // the peers (server/peer.h)
 };
 
 class Handlers {
@@ -112,12 +114,19 @@ class Handlers {
   Reply Shutdown(const Request& req) const;
   void Compute(Request req, Done done);
   Result<protocol::Bytes> Prefill(const Request& req);
+  // The body of a PREFILL reply with return_entries (`out` gets each entry's size): one frame,
+  // or streamed through req.chunks (then the final chunk's empty body).
+  Result<protocol::Bytes> PrefillEntriesBody(const Request& req, protocol::PrefillReply& out,
+                                             std::span<const EntryPtr> entries);
   Result<protocol::Bytes> Compose(const Request& req);
   // A streamed state's chunk size (kStreamChunk or the frame limit: a frontend can start on a
   // layer while the next is in flight, and a chunk's write is short against the write deadline)
   // and how long its streamer waits for a layer to be written.
   uint64_t StreamChunkBytes() const;
   std::chrono::milliseconds StreamFlushTimeout() const;
+  // Queues `bytes` (kept alive by `owner`) through req.chunks in chunks of StreamChunkBytes().
+  Status QueueChunks(const Request& req, std::shared_ptr<const void> owner,
+                     protocol::ByteSpan bytes);
   // COMPOSE mode prefix once the parts are resolved to tokens: runs the prefix cache and
   // marks the reused leading parts as host hits, the rest as misses (segments) or live (raw).
   Result<model::ComposeResult> ComposePrefix(const std::string& name_space,

@@ -26,9 +26,10 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   return b;
 }
 
-prometheus::ClientMetric Sample(const std::string& tier, double value, bool counter) {
+prometheus::ClientMetric Sample(const std::string& label, const std::string& value_of_label,
+                                double value, bool counter) {
   prometheus::ClientMetric m;
-  m.label.push_back({"tier", tier});
+  m.label.push_back({label, value_of_label});
   if (counter) {
     m.counter.value = value;
   } else {
@@ -37,57 +38,41 @@ prometheus::ClientMetric Sample(const std::string& tier, double value, bool coun
   return m;
 }
 
+// One metric family of a RowCollector: a field of its rows.
+template <typename Row>
+struct RowSpec {
+  const char* name;
+  const char* help;
+  bool counter;
+  uint64_t Row::*field;
+};
+
 }  // namespace
 
-// Reads the store's counters at scrape time, so the store stays the single source of truth.
-class Metrics::TierCollector : public prometheus::Collectable {
+// Reads counters owned elsewhere (the store, the peers) at scrape time, so their owner stays the
+// single source of truth: one family per field, one series per row, labelled by the row's name.
+template <typename Row>
+class Metrics::RowCollector : public prometheus::Collectable {
  public:
-  void Set(TierSampler sampler) { sampler_ = std::move(sampler); }
+  using Spec = RowSpec<Row>;
+  RowCollector(std::string label, std::string Row::*name, std::vector<Spec> specs)
+      : label_(std::move(label)), name_(name), specs_(std::move(specs)) {}
+
+  void Set(std::function<std::vector<Row>()> sampler) { sampler_ = std::move(sampler); }
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     if (!sampler_) return {};
-    std::vector<TierSample> samples = sampler_();
-    struct Spec {
-      const char* name;
-      const char* help;
-      bool counter;
-      uint64_t TierSample::*field;
-    };
-    static constexpr Spec kSpecs[] = {
-        {"hypic_tier_hits_total", "Lookups answered by this tier", true, &TierSample::hits},
-        {"hypic_tier_misses_total", "Lookups this tier could not answer", true,
-         &TierSample::misses},
-        {"hypic_tier_evictions_total", "Entries evicted from this tier", true,
-         &TierSample::evictions},
-        {"hypic_tier_checksum_failures_total",
-         "Reads that failed their checksum (served as misses)", true,
-         &TierSample::checksum_failures},
-        {"hypic_tier_bytes", "Bytes held by this tier", false, &TierSample::bytes},
-        {"hypic_tier_capacity_bytes", "Configured capacity of this tier", false,
-         &TierSample::capacity_bytes},
-        {"hypic_tier_entries", "Entries held by this tier", false, &TierSample::entries},
-        {"hypic_tier_io_errors_total", "Failed reads and writes of this tier", true,
-         &TierSample::io_errors},
-        {"hypic_tier_degraded", "1 while the tier is degraded (retrying after errors)", false,
-         &TierSample::degraded},
-        {"hypic_tier_read_bytes_total", "Bytes read from the remote tier on hits", true,
-         &TierSample::bytes_read},
-        {"hypic_tier_written_bytes_total", "Bytes of entries written to the remote tier", true,
-         &TierSample::bytes_written},
-        {"hypic_tier_nodes", "Remote tier: Redis nodes serving slots", false, &TierSample::nodes},
-        {"hypic_tier_nodes_degraded", "Remote tier: Redis nodes retried after errors", false,
-         &TierSample::nodes_degraded},
-        {"hypic_tier_redirects_total", "Remote tier: Redis Cluster MOVED/ASK redirections followed",
-         true, &TierSample::redirects},
-    };
+    std::vector<Row> rows = sampler_();
+    if (rows.empty()) return {};
     std::vector<prometheus::MetricFamily> families;
-    for (const Spec& spec : kSpecs) {
+    for (const Spec& spec : specs_) {
       prometheus::MetricFamily f;
       f.name = spec.name;
       f.help = spec.help;
       f.type = spec.counter ? prometheus::MetricType::Counter : prometheus::MetricType::Gauge;
-      for (const TierSample& s : samples) {
-        f.metric.push_back(Sample(s.tier, static_cast<double>(s.*spec.field), spec.counter));
+      for (const Row& r : rows) {
+        f.metric.push_back(
+            Sample(label_, r.*name_, static_cast<double>(r.*spec.field), spec.counter));
       }
       families.push_back(std::move(f));
     }
@@ -95,12 +80,71 @@ class Metrics::TierCollector : public prometheus::Collectable {
   }
 
  private:
-  TierSampler sampler_;
+  const std::string label_;
+  std::string Row::*const name_;
+  const std::vector<Spec> specs_;
+  std::function<std::vector<Row>()> sampler_;
 };
+
+namespace {
+
+std::vector<RowSpec<TierSample>> TierSpecs() {
+  return {
+      {"hypic_tier_hits_total", "Lookups answered by this tier", true, &TierSample::hits},
+      {"hypic_tier_misses_total", "Lookups this tier could not answer", true, &TierSample::misses},
+      {"hypic_tier_evictions_total", "Entries evicted from this tier", true,
+       &TierSample::evictions},
+      {"hypic_tier_checksum_failures_total", "Reads that failed their checksum (served as misses)",
+       true, &TierSample::checksum_failures},
+      {"hypic_tier_bytes", "Bytes held by this tier", false, &TierSample::bytes},
+      {"hypic_tier_capacity_bytes", "Configured capacity of this tier", false,
+       &TierSample::capacity_bytes},
+      {"hypic_tier_entries", "Entries held by this tier", false, &TierSample::entries},
+      {"hypic_tier_io_errors_total", "Failed reads and writes of this tier", true,
+       &TierSample::io_errors},
+      {"hypic_tier_degraded", "1 while the tier is degraded (retrying after errors)", false,
+       &TierSample::degraded},
+      {"hypic_tier_read_bytes_total", "Bytes read from the remote tier on hits", true,
+       &TierSample::bytes_read},
+      {"hypic_tier_written_bytes_total", "Bytes of entries written to the remote tier", true,
+       &TierSample::bytes_written},
+      {"hypic_tier_nodes", "Remote tier: Redis nodes serving slots", false, &TierSample::nodes},
+      {"hypic_tier_nodes_degraded", "Remote tier: Redis nodes retried after errors", false,
+       &TierSample::nodes_degraded},
+      {"hypic_tier_redirects_total", "Remote tier: Redis Cluster MOVED/ASK redirections followed",
+       true, &TierSample::redirects},
+  };
+}
+
+std::vector<RowSpec<PeerSample>> PeerSpecs() {
+  return {
+      {"hypic_peer_up", "1 unless the peer is backing off after a failure", false, &PeerSample::up},
+      {"hypic_peer_jobs_total", "Segments the peer computed (entries received and verified)", true,
+       &PeerSample::jobs},
+      {"hypic_peer_failures_total", "Remote jobs that failed (re-run elsewhere)", true,
+       &PeerSample::failures},
+      {"hypic_peer_timeouts_total", "Remote jobs past the peer timeout or the deadline", true,
+       &PeerSample::timeouts},
+      {"hypic_peer_errors_total", "Remote jobs failed by connect, I/O or an error reply", true,
+       &PeerSample::errors},
+      {"hypic_peer_bad_entries_total", "Entries from the peer that did not verify (not stored)",
+       true, &PeerSample::bad_entries},
+      {"hypic_peer_refusals_total",
+       "HELLOs refused (another model fingerprint, no PREFILL_ENTRIES, auth)", true,
+       &PeerSample::refusals},
+      {"hypic_peer_received_bytes_total", "Entry bytes received from the peer", true,
+       &PeerSample::bytes_received},
+      {"hypic_peer_tokens_per_second", "The peer's speed estimate (EMA over its replies)", false,
+       &PeerSample::tokens_per_s},
+  };
+}
+
+}  // namespace
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      tiers_(std::make_shared<TierCollector>()) {
+      tiers_(std::make_shared<RowCollector<TierSample>>("tier", &TierSample::tier, TierSpecs())),
+      peers_(std::make_shared<RowCollector<PeerSample>>("peer", &PeerSample::peer, PeerSpecs())) {
   requests_ = &prometheus::BuildCounter()
                    .Name("hypic_requests_total")
                    .Help("Requests answered, by opcode and status")
@@ -177,6 +221,7 @@ Result<uint16_t> Metrics::Serve(const Endpoint& endpoint, std::function<MetricsH
 }
 
 void Metrics::SetTierSampler(TierSampler sampler) { tiers_->Set(std::move(sampler)); }
+void Metrics::SetPeerSampler(PeerSampler sampler) { peers_->Set(std::move(sampler)); }
 
 void Metrics::ObserveRequest(protocol::Opcode op, StatusCode status, double seconds) {
   auto op_index = static_cast<size_t>(op) % kOpcodes;
@@ -224,8 +269,9 @@ void Metrics::AddNetworkBytes(uint64_t in, uint64_t out) {
 
 std::string Metrics::Render() const {
   auto families = registry_->Collect();
-  auto tier_families = tiers_->Collect();
-  families.insert(families.end(), tier_families.begin(), tier_families.end());
+  for (auto&& more : {tiers_->Collect(), peers_->Collect()}) {
+    families.insert(families.end(), more.begin(), more.end());
+  }
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, families);
   return out.str();

@@ -18,6 +18,10 @@
 //   hypic_tier_io_errors_total{tier}, hypic_tier_degraded{tier} (0 or 1) and, for the remote
 //   tier, hypic_tier_{read,written}_bytes_total{tier}, hypic_tier_redirects_total{tier} and
 //   hypic_tier_nodes{tier}, hypic_tier_nodes_degraded{tier}: read from the store at scrape time
+//   hypic_peer_up{peer} (0 or 1), hypic_peer_jobs_total{peer} (entries received and verified),
+//   hypic_peer_failures_total{peer} and, by kind, hypic_peer_{timeouts,errors,bad_entries,
+//   refusals}_total{peer}, hypic_peer_received_bytes_total{peer},
+//   hypic_peer_tokens_per_second{peer} (the speed estimate): read from the peers at scrape time
 //
 // The hot-path methods are lock-free after the first use of a label set (each series is
 // created once and cached). Thread-safe. The HTTP endpoint (metrics_http.h) is owned here and
@@ -76,6 +80,21 @@ struct TierSample {
 };
 using TierSampler = std::function<std::vector<TierSample>()>;
 
+// One peer's counters (server/peer.h PeerStats), cumulative since start.
+struct PeerSample {
+  std::string peer;  // host:port
+  uint64_t up = 0;   // 1 unless backing off after a failure
+  uint64_t jobs = 0;
+  uint64_t failures = 0;
+  uint64_t timeouts = 0;
+  uint64_t errors = 0;
+  uint64_t bad_entries = 0;
+  uint64_t refusals = 0;
+  uint64_t bytes_received = 0;
+  uint64_t tokens_per_s = 0;
+};
+using PeerSampler = std::function<std::vector<PeerSample>()>;
+
 class Metrics {
  public:
   Metrics();
@@ -91,6 +110,8 @@ class Metrics {
 
   // The store's counters, read at every scrape. Call before Serve; not thread-safe with scrapes.
   void SetTierSampler(TierSampler sampler);
+  // The peers' counters, read at every scrape. Same rules as SetTierSampler.
+  void SetPeerSampler(PeerSampler sampler);
 
   void ObserveRequest(protocol::Opcode op, StatusCode status, double seconds);
   void ObserveTtft(double seconds);
@@ -108,12 +129,14 @@ class Metrics {
   std::string Render() const;
 
  private:
-  class TierCollector;
+  template <typename Row>
+  class RowCollector;
   static constexpr size_t kOpcodes = 64;
   static constexpr size_t kStatuses = kMaxStatusCode + 1;
 
   std::shared_ptr<prometheus::Registry> registry_;
-  std::shared_ptr<TierCollector> tiers_;
+  std::shared_ptr<RowCollector<TierSample>> tiers_;
+  std::shared_ptr<RowCollector<PeerSample>> peers_;
   std::unique_ptr<MetricsHttpEndpoint> http_;  // declared last among owners: stops first
 
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;

@@ -10,6 +10,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -183,7 +184,26 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
     runtime::PoolOptions po;
     po.kind = gpu::BackendKind::kCpu;
     po.cpu_workers = static_cast<int>(c.prefill_workers);
-    auto pool = runtime::WorkerPool::Create(po);
+    std::vector<PeerOptions> peer_options;
+    for (const PeerConfig& pc : c.peers) {
+      PeerOptions o;
+      o.address = pc.address.ToString();
+      o.token = pc.token.empty() ? c.peer_token : pc.token;
+      o.weight = pc.weight;
+      o.concurrency = pc.concurrency;
+      o.timeout = std::chrono::milliseconds(c.peer_timeout_ms);
+      o.backoff_min = std::chrono::milliseconds(c.peer_backoff_ms);
+      o.backoff_max = std::max(o.backoff_min, o.backoff_max);
+      peer_options.push_back(std::move(o));
+    }
+    s->peers_ = MakePeers(peer_options, s->model_, c.entry_dtype);
+    std::vector<std::unique_ptr<runtime::Worker>> peer_workers;
+    for (const auto& peer : s->peers_) {
+      for (auto& w : peer->MakeWorkers()) peer_workers.push_back(std::move(w));
+      HYPIC_LOG_INFO("peer {}: {} connection(s), weight {}", peer->options().address,
+                     peer->options().concurrency, peer->options().weight);
+    }
+    auto pool = runtime::WorkerPool::Create(po, std::move(peer_workers));
     if (!pool.ok()) return pool.status().WithContext("config key 'prefill_workers'");
     s->pool_ = std::move(pool).value();
     // Every pass in the daemon (warm COMPOSE, prefix mode, PREFILL) gets one worker's share of
@@ -236,12 +256,28 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
     }
     return samples;
   });
+  std::vector<std::shared_ptr<Peer>> peers = s->peers_;
+  metrics->SetPeerSampler([peers] {
+    std::vector<PeerSample> samples;
+    for (const auto& peer : peers) {
+      const PeerStats p = peer->Stats();
+      samples.push_back(PeerSample{p.address, p.up ? 1u : 0u, p.jobs_ok, p.jobs_failed, p.timeouts,
+                                   p.errors, p.bad_entries, p.refusals, p.bytes_received,
+                                   static_cast<uint64_t>(std::llround(p.tokens_per_s))});
+    }
+    return samples;
+  });
   s->compute_ = std::make_unique<ComputeQueue>(
       s->config_.compute_workers, s->config_.compute_queue,
       [metrics](int64_t depth) { metrics->SetComputeQueueDepth(depth); });
   Server* self = s.get();
   ServerControl control{[self](const std::string& reason) { self->RequestShutdown(reason); },
-                        [self] { return self->connection_count(); }};
+                        [self] { return self->connection_count(); },
+                        [peers] {
+                          std::vector<PeerStats> stats;
+                          for (const auto& peer : peers) stats.push_back(peer->Stats());
+                          return stats;
+                        }};
   s->handlers_ = std::make_unique<Handlers>(s->config_, *s->metrics_, *s->compute_,
                                             std::move(control), *s->store_, s->model_,
                                             s->scheduler_.get(), s->prefix_cache_.get());

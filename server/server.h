@@ -38,6 +38,7 @@
 #include "server/config.h"
 #include "server/handlers.h"
 #include "server/metrics.h"
+#include "server/peer.h"
 #include "server/pending_budget.h"
 #include "server/tenants.h"
 #include "storage/tier_manager.h"
@@ -99,6 +100,7 @@ class Server {
   std::shared_ptr<const model::Model> model_;
   // The miss path (with a model): CPU workers, the host transport, the cost model and the
   // scheduler that owns the worker threads (destroyed, and joined, before the store).
+  std::vector<std::shared_ptr<Peer>> peers_;  // their workers are in pool_
   std::unique_ptr<runtime::WorkerPool> pool_;
   std::unique_ptr<runtime::HostTransport> transport_;
   std::unique_ptr<runtime::CostModel> cost_;

@@ -279,6 +279,49 @@ Result<ComposeResult> Model::Compose(std::span<const ComposePart> parts,
   return r;
 }
 
+Status Model::CheckEntry(const SegmentEntry& e, std::span<const uint32_t> tokens,
+                         uint32_t seam_w) const {
+  const ModelConfig& c = config_;
+  const auto n = static_cast<int64_t>(tokens.size());
+  const int64_t w = seam_w;
+  const EntryMeta& m = e.meta();
+  if (m.model != fingerprint_) {
+    return BadRequest(fmt::format("entry {} belongs to model {}, not {}", e.key().ToHex(),
+                                  m.model.ToHex(), fingerprint_.ToHex()));
+  }
+  if (m.settings.seam_w != seam_w || m.conv_k != c.conv_kernel || m.num_layers != c.num_layers) {
+    return BadRequest(fmt::format(
+        "entry {} has seam {}, conv_k {}, {} layers; want seam {}, conv_k {}, {} layers",
+        e.key().ToHex(), m.settings.seam_w, m.conv_k, m.num_layers, seam_w, c.conv_kernel,
+        c.num_layers));
+  }
+  if (!std::equal(m.tokens.begin(), m.tokens.end(), tokens.begin(), tokens.end())) {
+    return BadRequest(fmt::format("entry {} holds different tokens", e.key().ToHex()));
+  }
+  if (n <= w) {
+    // No cached part: metadata only (Compose runs such a segment live).
+    if (e.tensors().empty()) return Status::Ok();
+    return BadRequest(fmt::format("entry {}: {} tokens within seam {} but {} tensors",
+                                  e.key().ToHex(), n, w, e.tensors().size()));
+  }
+  for (int64_t li = 0; li < c.num_layers; ++li) {
+    const auto layer = static_cast<uint32_t>(li);
+    if (c.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear) {
+      const int64_t hv = c.linear_value_heads, dk = c.linear_key_dim;
+      HYPIC_RETURN_IF_ERROR(CheckTensor(e, layer, TensorKind::kTransition, {hv, dk, dk}));
+      HYPIC_RETURN_IF_ERROR(
+          CheckTensor(e, layer, TensorKind::kState, {hv, dk, c.linear_value_dim}));
+      HYPIC_RETURN_IF_ERROR(
+          CheckTensor(e, layer, TensorKind::kConvTail, {c.conv_kernel - 1, c.conv_channels()}));
+    } else {
+      const Shape kv{n - w, c.num_kv_heads, c.head_dim};
+      HYPIC_RETURN_IF_ERROR(CheckTensor(e, layer, TensorKind::kKey, kv));
+      HYPIC_RETURN_IF_ERROR(CheckTensor(e, layer, TensorKind::kValue, kv));
+    }
+  }
+  return Status::Ok();
+}
+
 Result<ComposeResult> Model::ComposeAfter(ModelState& state, std::span<const ComposePart> parts,
                                           const ComposeOptions& options) const {
   Pass pass(*this, state, options.mode, options.device);
@@ -300,36 +343,7 @@ Result<ComposeResult> Model::ComposeAfter(ModelState& state, std::span<const Com
     }
     const SegmentEntry* e = part.entry.get();
     if (e == nullptr) return BadRequest(what + ": segment without an entry");
-    const EntryMeta& m = e->meta();
-    if (m.model != fingerprint_) {
-      return BadRequest(fmt::format("{}: entry {} belongs to model {}, not {}", what,
-                                    e->key().ToHex(), m.model.ToHex(), fingerprint_.ToHex()));
-    }
-    if (m.settings.seam_w != options.seam_w || m.conv_k != c.conv_kernel ||
-        m.num_layers != c.num_layers) {
-      return BadRequest(fmt::format(
-          "{}: entry {} has seam {}, conv_k {}, {} layers; want seam {}, conv_k {}, {} layers",
-          what, e->key().ToHex(), m.settings.seam_w, m.conv_k, m.num_layers, options.seam_w,
-          c.conv_kernel, c.num_layers));
-    }
-    if (!std::equal(m.tokens.begin(), m.tokens.end(), part.tokens.begin(), part.tokens.end())) {
-      return BadRequest(fmt::format("{}: entry {} holds different tokens", what, e->key().ToHex()));
-    }
-    for (int64_t li = 0; li < c.num_layers; ++li) {
-      const auto layer = static_cast<uint32_t>(li);
-      if (c.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear) {
-        const int64_t hv = c.linear_value_heads, dk = c.linear_key_dim;
-        HYPIC_RETURN_IF_ERROR(CheckTensor(*e, layer, TensorKind::kTransition, {hv, dk, dk}));
-        HYPIC_RETURN_IF_ERROR(
-            CheckTensor(*e, layer, TensorKind::kState, {hv, dk, c.linear_value_dim}));
-        HYPIC_RETURN_IF_ERROR(
-            CheckTensor(*e, layer, TensorKind::kConvTail, {c.conv_kernel - 1, c.conv_channels()}));
-      } else {
-        const Shape kv{n - w, c.num_kv_heads, c.head_dim};
-        HYPIC_RETURN_IF_ERROR(CheckTensor(*e, layer, TensorKind::kKey, kv));
-        HYPIC_RETURN_IF_ERROR(CheckTensor(*e, layer, TensorKind::kValue, kv));
-      }
-    }
+    HYPIC_RETURN_IF_ERROR(CheckEntry(*e, part.tokens, options.seam_w).WithContext(what));
     pass.AddLive(std::span(part.tokens).first(static_cast<size_t>(w)));
     pass.AddCached(e, n - w);
   }

@@ -211,6 +211,13 @@ class Model {
   Result<ComposeResult> Compose(std::span<const ComposePart> parts,
                                 const ComposeOptions& options) const;
 
+  // Whether `entry` is this model's entry of `tokens` at seam `seam_w`, as Compose will use it:
+  // the model fingerprint, seam, conv kernel, layer count and tokens of its metadata, and every
+  // tensor's presence, dtype (the one its settings declare) and shape. kBadRequest naming what
+  // differs. Compose runs it on every cached part; a daemon runs it on an entry a peer sent.
+  Status CheckEntry(const SegmentEntry& entry, std::span<const uint32_t> tokens,
+                    uint32_t seam_w) const;
+
   // Compose continued: runs `parts` after `state` (whose positions come first) and advances it
   // in place; the result's state is left empty. Composing a prompt in consecutive runs of parts
   // gives the logits and state of one Compose over all of them (equal up to the rounding of the

@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <utility>
+
+#include "core/logging.h"
 
 namespace hypic::runtime {
 
@@ -18,8 +22,10 @@ double SecondsSince(Clock::time_point t0, Clock::time_point t1) {
 struct MissScheduler::Flight {
   enum class Phase : uint8_t { kQueued, kRunning };
   PrefillJob job;
-  double cost = 0.0;
+  double local_cost = 0.0;  // the CostModel's estimate (or the job's own)
+  double cost = 0.0;        // on `worker`
   size_t worker = 0;
+  std::vector<size_t> failed_on;  // remote workers that failed it
   Phase phase = Phase::kQueued;
   double transfer_s = 0.0;
   double cpu_s = 0.0;  // the worker thread's CPU time for the job
@@ -77,7 +83,7 @@ MissScheduler::MissScheduler(WorkerPool& pool, Transport& transport, CostModel& 
     queues_.resize(pool_.size());
     loads_.assign(pool_.size(), 0.0);
     idle_.assign(pool_.size(), true);
-    idle_count_ = pool_.size();
+    for (size_t w = 0; w < pool_.size(); ++w) idle_count_ += pool_.worker(w).remote() ? 0 : 1;
   }
   for (size_t w = 0; w < pool_.size(); ++w) {
     work_cv_.push_back(std::make_unique<std::condition_variable_any>());
@@ -114,10 +120,14 @@ Result<std::unique_ptr<MissRequest>> MissScheduler::Submit(std::vector<PrefillJo
   for (const PrefillJob& job : misses) {
     if (!job.compute) return BadRequest("prefill job without a compute function");
   }
-  // Estimates outside the lock: the cost model has its own.
+  // Estimates outside the lock: the cost model and the remote workers have their own.
   std::vector<double> costs(misses.size());
+  CostMatrix matrix(misses.size(), pool_.size());
   for (size_t i = 0; i < misses.size(); ++i) {
     costs[i] = misses[i].cost > 0.0 ? misses[i].cost : cost_model_.Estimate(misses[i].n_tokens);
+    for (size_t w = 0; w < pool_.size(); ++w) {
+      matrix(i, w) = pool_.worker(w).Estimate(misses[i], costs[i]);
+    }
   }
   std::vector<SegmentKey> keys;
   for (const PrefillJob& job : misses) keys.push_back(job.key);
@@ -147,15 +157,19 @@ Result<std::unique_ptr<MissRequest>> MissScheduler::Submit(std::vector<PrefillJo
                             starts.size(), options_.max_queued_jobs));
   }
 
-  std::vector<double> start_costs;
-  for (size_t i : starts) start_costs.push_back(costs[i]);
+  CostMatrix start_costs(starts.size(), pool_.size());
+  for (size_t j = 0; j < starts.size(); ++j) {
+    for (size_t w = 0; w < pool_.size(); ++w) start_costs(j, w) = matrix(starts[j], w);
+  }
   Assignment assignment = Assign(start_costs, loads_, options_.policy, rotate_);
   rotate_ += starts.size();
   for (size_t w = 0; w < assignment.order.size(); ++w) {
     for (size_t j : assignment.order[w]) {
       size_t i = starts[j];
       auto flight = std::make_shared<Flight>();
-      flight->cost = costs[i];
+      flight->local_cost = costs[i];
+      // A job no worker can take costs nothing here: its worker refuses it at once.
+      flight->cost = std::isfinite(start_costs(j, w)) ? start_costs(j, w) : 0.0;
       flight->worker = w;
       flight->job = std::move(misses[i]);
       flights_.emplace(flight->job.key, flight);
@@ -253,6 +267,7 @@ void MissScheduler::Deliver(Flight& flight, const EntryPtr& entry) {
 void MissScheduler::SetIdle(size_t w, bool idle) {
   if (idle_[w] == idle) return;
   idle_[w] = idle;
+  if (pool_.worker(w).remote()) return;  // not a free local core
   if (!idle) {
     --idle_count_;
     return;
@@ -261,11 +276,39 @@ void MissScheduler::SetIdle(size_t w, bool idle) {
   for (State* request : idle_waiters_) request->cv.notify_all();
 }
 
+bool MissScheduler::Requeue(const std::shared_ptr<Flight>& flight, size_t failed) {
+  flight->failed_on.push_back(failed);
+  size_t best = pool_.size();
+  double best_finish = std::numeric_limits<double>::infinity(), best_cost = 0.0;
+  for (size_t v = 0; v < pool_.size(); ++v) {
+    if (std::find(flight->failed_on.begin(), flight->failed_on.end(), v) !=
+        flight->failed_on.end()) {
+      continue;
+    }
+    const double cost = pool_.worker(v).Estimate(flight->job, flight->local_cost);
+    if (std::isfinite(cost) && loads_[v] + cost < best_finish) {
+      best = v, best_finish = loads_[v] + cost, best_cost = cost;
+    }
+  }
+  if (best == pool_.size()) return false;
+  flight->worker = best;
+  flight->cost = best_cost;
+  flight->phase = Flight::Phase::kQueued;
+  queues_[best].push_front(flight);
+  loads_[best] += best_cost;
+  ++queued_;
+  SetIdle(best, false);
+  ++stats_.failovers;
+  work_cv_[best]->notify_one();
+  return true;
+}
+
 void MissScheduler::WorkerLoop(size_t w) {
   Worker& worker = pool_.worker(w);
   std::condition_variable_any& cv = *work_cv_[w];
   for (;;) {
     std::shared_ptr<Flight> flight;
+    Clock::time_point deadline = Clock::time_point::min();  // the latest of its waiters'
     {
       MutexLock lock(&mu_);
       if (queues_[w].empty()) SetIdle(w, true);
@@ -282,16 +325,19 @@ void MissScheduler::WorkerLoop(size_t w) {
         continue;
       }
       flight->phase = Flight::Phase::kRunning;
+      for (const auto& [request, slot] : flight->waiters) {
+        deadline = std::max(deadline, request->deadline);
+      }
     }
 
     const Clock::time_point t0 = Clock::now();
     const double cpu0 = ThreadCpuSeconds();
-    Result<EntryPtr> computed = worker.Execute(flight->job);
+    Result<EntryPtr> computed = worker.Execute(flight->job, deadline);
     flight->cpu_s = ThreadCpuSeconds() - cpu0;
     const Clock::time_point t1 = Clock::now();
     Result<EntryPtr> delivered = computed.status();
     if (computed.ok()) {
-      cost_model_.Observe(flight->job.n_tokens, SecondsSince(t0, t1));
+      if (!worker.remote()) cost_model_.Observe(flight->job.n_tokens, SecondsSince(t0, t1));
       // Store first (a few ms against a prefill's hundreds): when a request's Wait returns,
       // every entry it computed has been offered to the store. The flight is still in the map,
       // so a request that misses the key meanwhile joins it instead of computing it again.
@@ -304,6 +350,14 @@ void MissScheduler::WorkerLoop(size_t w) {
     {
       MutexLock lock(&mu_);
       loads_[w] -= flight->cost;
+      if (!computed.ok() && worker.remote() && !flight->waiters.empty()) {
+        if (Requeue(flight, w)) {
+          HYPIC_LOG_WARN("segment {} failed on {} ({}); re-running it on {}",
+                         flight->job.key.ToHex(), worker.name(), computed.status().ToString(),
+                         pool_.worker(flight->worker).name());
+          continue;
+        }
+      }
       if (!computed.ok()) {
         ++stats_.prefills_failed;
         Status failed =

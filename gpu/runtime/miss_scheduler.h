@@ -2,8 +2,14 @@
 //
 // - Single-flight: a key is prefilled at most once at a time; a request that misses a key
 //   already queued or running joins it, and every waiter gets the entry or the error.
-// - Assignment: a request's new jobs go to the workers by the configured Policy over the
-//   CostModel's estimates, on top of the work already queued there (LPT by default).
+// - Assignment: a request's new jobs go to the workers by the configured Policy over a cost
+//   matrix, on top of the work already queued there (LPT by default): job i on worker j costs
+//   Worker::Estimate(job, the CostModel's local estimate) (a peer: its own calibrated speed and
+//   the network cost of the entry; +infinity where it cannot take the job now).
+// - Failover: a job that a remote worker fails (peer down, timeout, refusal, an entry that does
+//   not verify) is not failed: it is queued again, first in line, on the worker where it would
+//   finish first among those that can take it (local, or another peer), at most once per
+//   worker; it fails only when no worker is left. Local failures fail at once, as below.
 // - Bounded queue: at most `max_queued_jobs` jobs wait (not yet running) over all workers;
 //   a Submit whose new jobs do not fit returns kBusy at once and changes nothing.
 // - Streamed combine: each worker hands each finished entry at once to the store callback and
@@ -46,8 +52,6 @@
 
 namespace hypic::runtime {
 
-using Clock = std::chrono::steady_clock;
-
 struct SchedulerOptions {
   Policy policy = Policy::kLpt;
   size_t max_queued_jobs = 1024;
@@ -63,7 +67,8 @@ struct SchedulerStats {
                               // earlier slot of the same request with the same key)
   uint64_t jobs_dropped = 0;  // queued jobs dropped because no request wanted them any more
   uint64_t busy_rejections = 0;
-  size_t queued = 0;  // jobs waiting now
+  uint64_t failovers = 0;  // jobs a remote worker failed, queued again elsewhere
+  size_t queued = 0;       // jobs waiting now
 };
 
 // Per-request figures, valid once Wait returned OK.
@@ -150,6 +155,9 @@ class MissScheduler {
   Result<size_t> WaitFor(State& request, size_t count, bool idle_worker) EXCLUDES(mu_);
   // Marks worker `w` idle or busy; waking the requests that wait for an idle worker.
   void SetIdle(size_t w, bool idle) REQUIRES(mu_);
+  // Queues `flight` (which worker `failed` could not compute) first in line on the worker where
+  // it would finish first, other than those it already failed on; false when there is none.
+  bool Requeue(const std::shared_ptr<Flight>& flight, size_t failed) REQUIRES(mu_);
   void Cancel(State& request) EXCLUDES(mu_);
 
   WorkerPool& pool_;
@@ -162,9 +170,9 @@ class MissScheduler {
   std::unordered_map<SegmentKey, std::shared_ptr<Flight>, SegmentKeyHasher> flights_
       GUARDED_BY(mu_);
   std::vector<std::deque<std::shared_ptr<Flight>>> queues_ GUARDED_BY(mu_);
-  std::vector<double> loads_ GUARDED_BY(mu_);  // estimated seconds queued or running
-  std::vector<bool> idle_ GUARDED_BY(mu_);     // nothing queued and nothing running
-  size_t idle_count_ GUARDED_BY(mu_) = 0;
+  std::vector<double> loads_ GUARDED_BY(mu_);         // estimated seconds queued or running
+  std::vector<bool> idle_ GUARDED_BY(mu_);            // nothing queued and nothing running
+  size_t idle_count_ GUARDED_BY(mu_) = 0;             // of the local workers only
   std::vector<State*> idle_waiters_ GUARDED_BY(mu_);  // in WaitFor(.., idle_worker = true)
   std::vector<std::unique_ptr<std::condition_variable_any>> work_cv_;
   size_t queued_ GUARDED_BY(mu_) = 0;

@@ -52,7 +52,10 @@ PrefillJob MakeSegmentJob(std::shared_ptr<const model::Model> model, std::vector
   job.key =
       SegmentKey::Compute(options.name_space, model->fingerprint(), options.Settings(), tokens);
   job.n_tokens = static_cast<uint32_t>(tokens.size());
-  job.compute = [model = std::move(model), tokens = std::move(tokens),
+  auto segment = std::make_shared<SegmentSpec>(
+      SegmentSpec{options.name_space, options.seam_w, std::move(tokens)});
+  job.segment = segment;
+  job.compute = [model = std::move(model), segment = std::move(segment),
                  options](const WorkerContext& ctx) -> Result<EntryPtr> {
     // The worker's share of the cores: its passes' own helper threads stay within it.
     cpu::ScopedComputeThreads threads(ctx.compute_threads);
@@ -60,7 +63,7 @@ PrefillJob MakeSegmentJob(std::shared_ptr<const model::Model> model, std::vector
     model::SegmentOptions on_worker = options;
     on_worker.device = model::ComputeDevice{ctx.kind, ctx.device};
     HYPIC_ASSIGN_OR_RETURN(std::shared_ptr<SegmentEntry> entry,
-                           model->SegmentPrefill(tokens, on_worker));
+                           model->SegmentPrefill(segment->tokens, on_worker));
     return EntryPtr(std::move(entry));
   };
   return job;

@@ -33,7 +33,7 @@ CostShape CostShapeOf(const model::ModelConfig& config);
 // A job computing the entry of `tokens`; its key is SegmentKey::Compute over the model's
 // fingerprint, `options` (namespace, seam, format, entry dtypes) and the tokens. The prefill runs
 // on the device of the worker that takes the job (options.device is replaced by it), within the
-// worker's compute-thread budget.
+// worker's compute-thread budget; a remote worker asks its peer for the job's `segment` instead.
 PrefillJob MakeSegmentJob(std::shared_ptr<const model::Model> model, std::vector<uint32_t> tokens,
                           const model::SegmentOptions& options);
 

@@ -24,7 +24,7 @@ class LocalWorker final : public Worker {
   const WorkerContext& context() const override { return context_; }
   const std::string& name() const override { return name_; }
 
-  Result<EntryPtr> Execute(const PrefillJob& job) override {
+  Result<EntryPtr> Execute(const PrefillJob& job, Clock::time_point /*deadline*/) override {
     if (!job.compute) return Internal("prefill job without a compute function");
     HYPIC_ASSIGN_OR_RETURN(EntryPtr entry, job.compute(context_));
     // The entry must be complete when it leaves the worker: queued device work included.
@@ -56,7 +56,8 @@ WorkerPool::WorkerPool(std::vector<std::unique_ptr<Worker>> workers)
   }
 }
 
-Result<std::unique_ptr<WorkerPool>> WorkerPool::Create(const PoolOptions& options) {
+Result<std::unique_ptr<WorkerPool>> WorkerPool::Create(
+    const PoolOptions& options, std::vector<std::unique_ptr<Worker>> remote) {
   std::vector<std::unique_ptr<Worker>> workers;
   int cpu_workers = options.cpu_workers > 0 ? options.cpu_workers : HardwareThreads();
   if (options.kind == gpu::BackendKind::kCuda) {
@@ -83,6 +84,7 @@ Result<std::unique_ptr<WorkerPool>> WorkerPool::Create(const PoolOptions& option
       workers.push_back(std::make_unique<LocalWorker>(ctx, std::move(stream), i));
     }
   }
+  for (auto& w : remote) workers.push_back(std::move(w));
   return std::make_unique<WorkerPool>(std::move(workers));
 }
 

@@ -2,10 +2,12 @@
 //
 // A Worker executes one PrefillJob at a time on its own device context. Local workers wrap a
 // backend device and their own stream; a CUDA GPU is one worker, and in CPU mode the pool has
-// N CPU workers. The interface is the seam for remote workers (a peer hypicd reached with
-// PREFILL over our protocol): such a worker implements Execute by sending the job's segment to
-// its peer and parsing the returned entry; nothing above this interface changes.
-//
+// N CPU workers. Remote workers (server/peer.h: one connection to a peer hypicd, which runs
+// the job's segment with PREFILL and streams the entry back) implement the same interface and
+// add their own estimate: the scheduler's cost of a job on worker j is Estimate(job), so LPT
+// balances local and remote workers of different speeds together, and a job a remote worker
+// fails is re-run elsewhere (miss_scheduler.h).
+
 // Compute-thread budget (CPU mode): with N CPU workers on C cores each worker gets
 // max(1, C / N) threads, so N concurrent workers use about C cores in total; parallelism comes
 // from the number of workers. Each WorkerContext carries its budget, and a job runs under it
@@ -31,8 +33,17 @@ class Worker {
   virtual const WorkerContext& context() const = 0;
   // A short name for logs and metrics, e.g. "cpu:1" or "cuda:0".
   virtual const std::string& name() const = 0;
-  // Runs `job` and returns its entry (or the job's error).
-  virtual Result<EntryPtr> Execute(const PrefillJob& job) = 0;
+  // Runs `job` and returns its entry (or the job's error). `deadline` is the latest deadline of
+  // the requests waiting for it: a remote worker gives up then (a local one runs to the end).
+  virtual Result<EntryPtr> Execute(const PrefillJob& job, Clock::time_point deadline) = 0;
+  // A remote worker: its failures are re-run elsewhere, its times do not calibrate the local
+  // CostModel, and it is not an idle local core for the combine (MissRequest::WaitFor).
+  virtual bool remote() const { return false; }
+  // Estimated seconds of `job` here, given `local_seconds`, the CostModel's estimate for a local
+  // worker. +infinity: this worker cannot take it now (a peer that is down, a local-only job).
+  virtual double Estimate(const PrefillJob& /*job*/, double local_seconds) const {
+    return local_seconds;
+  }
 };
 
 struct PoolOptions {
@@ -48,8 +59,9 @@ struct PoolOptions {
 
 class WorkerPool {
  public:
-  // Builds the workers.
-  static Result<std::unique_ptr<WorkerPool>> Create(const PoolOptions& options);
+  // Builds the local workers, followed by `remote` ones (the peers' connections).
+  static Result<std::unique_ptr<WorkerPool>> Create(
+      const PoolOptions& options, std::vector<std::unique_ptr<Worker>> remote = {});
   // A pool over workers made elsewhere (remote workers, test doubles).
   explicit WorkerPool(std::vector<std::unique_ptr<Worker>> workers);
 

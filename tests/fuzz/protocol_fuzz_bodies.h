@@ -64,7 +64,13 @@ inline void DecodeBodies(const Frame& f) {
       if (!reply) (void)DecodePutOptions(f.ext);
       break;
     case Opcode::kPrefill:
-      reply ? RoundTrip<PrefillReply>(f.body) : RoundTrip<PrefillRequest>(f.body);
+      if (reply) {
+        RoundTrip<PrefillReply>(f.body);
+        (void)DecodePrefillEntriesReply(f.body);
+      } else {
+        RoundTrip<PrefillRequest>(f.body);
+        (void)DecodePrefillOptions(f.ext);
+      }
       break;
     case Opcode::kCompose:
       if (reply) {

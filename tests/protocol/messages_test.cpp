@@ -335,6 +335,53 @@ TEST_CASE("an empty PUT ext means the default options") {
   CHECK(p->pin);
 }
 
+TEST_CASE("PREFILL options: an empty ext is the default; return_entries round-trips") {
+  auto o = DecodePrefillOptions({});
+  REQUIRE_OK(o);
+  CHECK_FALSE(o->return_entries);
+  Bytes e = Encode(PrefillOptions{.return_entries = true});
+  CHECK(e.size() == 1);
+  auto p = DecodePrefillOptions(ByteSpan(e));
+  REQUIRE_OK(p);
+  CHECK(p->return_entries);
+  e[0] = std::byte{2};  // a bool is 0 or 1
+  CHECK(DecodePrefillOptions(ByteSpan(e)).status().code() == StatusCode::kBadRequest);
+}
+
+TEST_CASE("a PREFILL reply with entries: the head, then each result's bytes, exactly") {
+  SeededRng rng(18);
+  PrefillReply r = MakePrefillReply(rng);
+  std::vector<Bytes> entries;
+  for (auto& p : r.results) {
+    entries.emplace_back(rng.UniformInt(0, 300), std::byte{static_cast<uint8_t>(p.n_tokens)});
+    p.bytes = entries.back().size();
+  }
+  Bytes body = Encode(r);
+  CHECK(body.size() == PrefillReplyHeadSize(static_cast<uint32_t>(r.results.size())));
+  for (const Bytes& e : entries) body.insert(body.end(), e.begin(), e.end());
+  auto d = DecodePrefillEntriesReply(ByteSpan(body));
+  REQUIRE_OK(d);
+  CHECK(d->reply == r);
+  REQUIRE(d->entries.size() == entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    CHECK(std::equal(d->entries[i].begin(), d->entries[i].end(), entries[i].begin(),
+                     entries[i].end()));
+  }
+  // One byte short or one too many: the entries do not match their declared sizes.
+  Bytes shorter(body.begin(), body.end() - (body.size() > 0 ? 1 : 0));
+  if (!r.results.empty() && r.results.back().bytes > 0) {
+    CHECK(DecodePrefillEntriesReply(ByteSpan(shorter)).status().code() == StatusCode::kBadRequest);
+  }
+  Bytes longer = body;
+  longer.push_back(std::byte{0});
+  CHECK(DecodePrefillEntriesReply(ByteSpan(longer)).status().code() == StatusCode::kBadRequest);
+  // A result declaring more bytes than the body has left.
+  PrefillReply lying;
+  lying.results.push_back(PrefillResult{RandomKey(rng), false, Tier::kHost, 10, ~uint64_t{0}});
+  Bytes lie = Encode(lying);
+  CHECK(DecodePrefillEntriesReply(ByteSpan(lie)).status().code() == StatusCode::kBadRequest);
+}
+
 TEST_CASE("lying counts are rejected before anything is sized from them") {
   auto with_count = [](uint32_t n, size_t payload) {
     Bytes b(4 + payload);

@@ -142,6 +142,64 @@ TEST_CASE("entry_dtype: every source, the config string, errors naming the key")
   check_error(LoadConfig({"--entry-dtype", ""}, MapEnv({})), "'entry_dtype'", "empty");
 }
 
+TEST_CASE("peers: flags, env and TOML (strings or tables), errors naming the key") {
+  auto flag = LoadConfig(
+      {"--peers", "10.0.0.2:7411, 10.0.0.3:7412;weight=2;concurrency=3", "--peer-token", "pt"},
+      MapEnv({}));
+  REQUIRE_OK(flag);
+  REQUIRE(flag->peers.size() == 2);
+  CHECK(flag->peers[0].address.ToString() == "10.0.0.2:7411");
+  CHECK(flag->peers[0].weight == 1.0);
+  CHECK(flag->peers[0].concurrency == 1);
+  CHECK(flag->peers[1].address.port == 7412);
+  CHECK(flag->peers[1].weight == 2.0);
+  CHECK(flag->peers[1].concurrency == 3);
+  CHECK(flag->peer_token == "pt");
+  auto env = LoadConfig({}, MapEnv({{"HYPIC_PEERS", "h:1;token=secret"}}));
+  REQUIRE_OK(env);
+  REQUIRE(env->peers.size() == 1);
+  CHECK(env->peers[0].token == "secret");
+  CHECK(DumpConfig(*env).find("peers = \"h:1;token=<set>\"") != std::string::npos);
+  CHECK(DumpConfig(*env).find("secret") == std::string::npos);
+
+  auto file = LoadConfigWithToml(
+      "peers = [\"a:1\", {address = \"b:2\", token = \"t\", weight = 0.5, concurrency = 2}]\n"
+      "peer_timeout_ms = \"3s\"\n",
+      "p.toml", {}, MapEnv({}));
+  REQUIRE_OK(file);
+  REQUIRE(file->peers.size() == 2);
+  CHECK(file->peers[0].address.host == "a");
+  CHECK(file->peers[1].token == "t");
+  CHECK(file->peers[1].weight == 0.5);
+  CHECK(file->peers[1].concurrency == 2);
+  CHECK(file->peer_timeout_ms == 3000);
+  // A flag replaces the file's list as a whole.
+  auto over =
+      LoadConfigWithToml("peers = [\"a:1\", \"b:2\"]\n", "p.toml", {"--peers", "c:3"}, MapEnv({}));
+  REQUIRE_OK(over);
+  REQUIRE(over->peers.size() == 1);
+  CHECK(over->peers[0].address.host == "c");
+
+  auto check_error = [](const Result<ServerConfig>& r, const std::string& a, const std::string& b) {
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kBadRequest);
+    INFO(r.status().message());
+    CHECK(r.status().message().find(a) != std::string::npos);
+    CHECK(r.status().message().find(b) != std::string::npos);
+  };
+  check_error(LoadConfig({"--peers", "nohost"}, MapEnv({})), "'peers'", "host:port");
+  check_error(LoadConfig({"--peers", "h:1;weight=0"}, MapEnv({})), "'peers'", "weight");
+  check_error(LoadConfig({"--peers", "h:1;concurrency=65"}, MapEnv({})), "'peers'", "concurrency");
+  check_error(LoadConfig({"--peers", "h:1;speed=2"}, MapEnv({})), "'peers'", "'speed=2'");
+  check_error(
+      LoadConfigWithToml("peers = [{address = \"h:1\", colour = 1}]\n", "p.toml", {}, MapEnv({})),
+      "'peers'", "unknown key 'colour'");
+  check_error(LoadConfigWithToml("peers = [{token = \"t\"}]\n", "p.toml", {}, MapEnv({})), "item 1",
+              "address: missing");
+  check_error(LoadConfigWithToml("peers = [3]\n", "p.toml", {}, MapEnv({})), "'peers'",
+              "expected a string or a table");
+}
+
 TEST_CASE("a non-loopback bind needs a token; the admin token must differ") {
   auto open = LoadConfig({"--listen", "0.0.0.0:7411"}, MapEnv({}));
   REQUIRE_FALSE(open.ok());

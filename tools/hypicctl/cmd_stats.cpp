@@ -1,6 +1,7 @@
 // `hypicctl stats`: the daemon's STATS document as tables: one key/value block per section,
 // and a per-tier table (entries, bytes against capacity, hit rate, evictions, promotions,
-// demotions, checksum failures) for every section that holds one object per tier. The layout
+// demotions, checksum failures) for every section that holds one object per tier, and a table of
+// the remote nodes and of the peers (up, jobs, failures by kind, tokens/s). The layout
 // follows the document, so counters the daemon adds later show up without a change here.
 #include <fmt/format.h>
 #include <unistd.h>
@@ -76,7 +77,11 @@ std::string RenderRows(const nlohmann::json& section) {
   };
   std::stable_sort(columns.begin(), columns.end(),
                    [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
-  std::vector<std::string> headers = {"tier"};
+  // Rows named by a "name" field (remote nodes, peers) head their column with it.
+  const bool by_name = std::all_of(section.begin(), section.end(), [](const nlohmann::json& item) {
+    return item.contains("name");
+  });
+  std::vector<std::string> headers = {by_name ? "name" : "tier"};
   headers.insert(headers.end(), columns.begin(), columns.end());
   Table table(headers);
   for (size_t c = 1; c < headers.size(); ++c) table.AlignRight(c);

@@ -1,6 +1,8 @@
 // LPT, round-robin and contiguous assignment: LPT matches the known optimum or stays within
 // Graham's bound (4/3 - 1/(3m)) OPT against a brute-force optimum, and is never worse than the
-// baselines on skewed length sets.
+// baselines on skewed length sets. With per-worker costs (workers of different speeds behind
+// different network costs, as local cores and peer daemons are) it stays within the related-
+// machines bound of LPT, 2 - 2/(m+1), and never gives a job to a worker that cannot take it.
 #include "gpu/runtime/assignment.h"
 
 #include <doctest/doctest.h>
@@ -119,6 +121,86 @@ TEST_CASE("round-robin and contiguous keep request order and rotate their first 
   Assignment cont = Assign(costs, loads, Policy::kContiguous);
   CHECK(cont.worker == std::vector<int>{0, 0, 0, 1, 1, 1, 2});
   CHECK(cont.order[1] == std::vector<size_t>{3, 4, 5});
+}
+
+// Exhaustive optimum with per-worker costs.
+double BruteForceOptimum(const CostMatrix& c) {
+  const size_t n = c.jobs(), m = c.workers();
+  size_t total = 1;
+  for (size_t i = 0; i < n; ++i) total *= m;
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<double> load(m);
+  for (size_t code = 0; code < total; ++code) {
+    std::fill(load.begin(), load.end(), 0.0);
+    size_t k = code;
+    for (size_t i = 0; i < n; ++i, k /= m) load[k % m] += c(i, k % m);
+    best = std::min(best, *std::max_element(load.begin(), load.end()));
+  }
+  return best;
+}
+
+TEST_CASE("equal columns assign exactly as the identical-workers LPT") {
+  testing::SeededRng rng(11);
+  for (int trial = 0; trial < 100; ++trial) {
+    const size_t m = 1 + trial % 4;
+    std::vector<double> costs(3 + trial % 9);
+    for (double& c : costs) c = rng.UniformInt(1, 50);
+    std::vector<double> loads(m, 0.0);
+    loads[0] = trial % 3;
+    const CostMatrix matrix = CostMatrix::Uniform(costs, m);
+    for (Policy p : {Policy::kLpt, Policy::kRoundRobin, Policy::kContiguous}) {
+      CHECK(Assign(matrix, loads, p, 1).worker == Assign(costs, loads, p, 1).worker);
+    }
+  }
+}
+
+TEST_CASE("LPT over workers of different speeds and network costs stays near the optimum") {
+  testing::SeededRng rng(18);
+  double ratio_sum = 0.0;
+  const int trials = 120;
+  for (int trial = 0; trial < trials; ++trial) {
+    const size_t m = 2 + trial % 2;
+    const size_t n = 4 + rng.UniformInt(0, 4);
+    // Worker 0 is local (speed 1, no network); the others are peers of speed 0.25..3 whose
+    // entries cost 0..5 to move back.
+    std::vector<double> speed(m, 1.0), network(m, 0.0);
+    for (size_t w = 1; w < m; ++w) {
+      speed[w] = 0.25 * rng.UniformInt(1, 12);
+      network[w] = rng.UniformInt(0, 5);
+    }
+    CostMatrix c(n, m);
+    for (size_t i = 0; i < n; ++i) {
+      const double len = rng.UniformInt(1, 40);
+      for (size_t w = 0; w < m; ++w) c(i, w) = len / speed[w] + network[w];
+    }
+    const std::vector<double> loads(m, 0.0);
+    const double opt = BruteForceOptimum(c);
+    const double lpt = Makespan(Assign(c, loads, Policy::kLpt), c, loads);
+    CHECK(lpt >= opt - 1e-9);
+    CHECK(lpt <= (2.0 - 2.0 / (static_cast<double>(m) + 1.0)) * opt + 1e-9);
+    ratio_sum += lpt / opt;
+  }
+  CHECK(ratio_sum / trials < 1.1);  // and close to it on average
+}
+
+TEST_CASE("a worker that cannot take a job never gets it; a job nobody can take still lands") {
+  const double inf = std::numeric_limits<double>::infinity();
+  // Worker 1 (a peer that is down) takes nothing; worker 2 takes only jobs 0 and 1.
+  CostMatrix c(4, 3);
+  for (size_t i = 0; i < 4; ++i) c(i, 0) = 10, c(i, 1) = inf, c(i, 2) = i < 2 ? 1 : inf;
+  const std::vector<double> loads(3, 0.0);
+  for (Policy p : {Policy::kLpt, Policy::kRoundRobin, Policy::kContiguous}) {
+    for (size_t first = 0; first < 3; ++first) {
+      Assignment a = Assign(c, loads, p, first);
+      for (size_t i = 0; i < 4; ++i) CHECK(std::isfinite(c(i, static_cast<size_t>(a.worker[i]))));
+      CHECK(std::isfinite(Makespan(a, c, loads)));
+    }
+  }
+  Assignment lpt = Assign(c, loads, Policy::kLpt);
+  CHECK(lpt.worker == std::vector<int>{2, 2, 0, 0});
+  CostMatrix none(1, 2, inf);
+  CHECK(Assign(none, std::vector<double>{5, 1}, Policy::kLpt).worker == std::vector<int>{1});
+  CHECK(Assign(none, std::vector<double>{5, 1}, Policy::kRoundRobin).worker == std::vector<int>{0});
 }
 
 TEST_CASE("policy names round-trip") {

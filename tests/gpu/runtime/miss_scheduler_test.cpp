@@ -1,12 +1,16 @@
 // MissScheduler: single-flight, LPT placement, the bounded queue, cancellation, deadlines,
-// error propagation and streamed delivery, on synthetic jobs whose entries encode their key.
+// error propagation and streamed delivery, on synthetic jobs whose entries encode their key;
+// and with remote workers (a double of a peer daemon's connection): per-worker costs, failover
+// of the jobs a remote worker fails, deadlines against a slow one, single-flight across both.
 #include "gpu/runtime/miss_scheduler.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <time.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -89,9 +93,51 @@ void WaitUntil(const std::function<bool()>& cond) {
   REQUIRE(cond());
 }
 
+// A remote worker double: "computes" by running the job's function, as a peer daemon would,
+// `speedup` times faster than a local worker by its estimate; fails every job while `fail` is
+// set, and then takes no more (as a peer marked down), or answers after `delay`.
+class FakeRemote final : public Worker {
+ public:
+  struct Control {
+    std::atomic<bool> fail{false};
+    std::atomic<bool> mark_down{true};  // a failure marks the worker down
+    std::atomic<bool> down{false};
+    std::atomic<int> calls{0};
+    std::chrono::milliseconds delay{0};
+    double speedup = 4.0;
+  };
+  FakeRemote(std::shared_ptr<Control> control, int index)
+      : control_(std::move(control)), name_(fmt::format("fake-peer:{}", index)) {
+    context_.index = index;
+    context_.backend = &gpu::CpuBackend();
+  }
+  const WorkerContext& context() const override { return context_; }
+  const std::string& name() const override { return name_; }
+  bool remote() const override { return true; }
+  double Estimate(const PrefillJob& /*job*/, double local_seconds) const override {
+    return control_->down ? std::numeric_limits<double>::infinity()
+                          : local_seconds / control_->speedup;
+  }
+  Result<EntryPtr> Execute(const PrefillJob& job, Clock::time_point /*deadline*/) override {
+    ++control_->calls;
+    std::this_thread::sleep_for(control_->delay);
+    if (control_->fail) {
+      if (control_->mark_down) control_->down = true;
+      return IoError("connection reset by peer");
+    }
+    return job.compute(context_);
+  }
+
+ private:
+  std::shared_ptr<Control> control_;
+  std::string name_;
+  WorkerContext context_;
+};
+
 struct Fixture {
-  explicit Fixture(int workers, SchedulerOptions options = {})
-      : pool(Pool(workers)),
+  explicit Fixture(int workers, SchedulerOptions options = {},
+                   std::vector<std::unique_ptr<Worker>> remote = {})
+      : pool(Pool(workers, std::move(remote))),
         cost(CostCoefficients{0.0, 1.0, 0.0}),
         scheduler(
             *pool, transport, cost,
@@ -100,8 +146,11 @@ struct Fixture {
               stored.push_back(e);
             },
             options) {}
-  static std::unique_ptr<WorkerPool> Pool(int workers) {
-    auto pool = WorkerPool::Create(PoolOptions{gpu::BackendKind::kCpu, workers, workers});
+  static std::unique_ptr<WorkerPool> Pool(int workers,
+                                          std::vector<std::unique_ptr<Worker>> remote) {
+    if (workers == 0) return std::make_unique<WorkerPool>(std::move(remote));  // remote only
+    auto pool = WorkerPool::Create(PoolOptions{gpu::BackendKind::kCpu, workers, workers},
+                                   std::move(remote));
     REQUIRE_OK(pool);
     return std::move(pool).value();
   }
@@ -439,6 +488,125 @@ TEST_CASE("an empty request completes at once; a job without a function is rejec
   PrefillJob bad;
   bad.key = Key(1);
   CHECK(f.scheduler.Submit({bad}, Far()).status().code() == StatusCode::kBadRequest);
+}
+
+std::vector<std::unique_ptr<Worker>> Remotes(const std::shared_ptr<FakeRemote::Control>& control,
+                                             int first_index, int count = 1) {
+  std::vector<std::unique_ptr<Worker>> out;
+  for (int i = 0; i < count; ++i)
+    out.push_back(std::make_unique<FakeRemote>(control, first_index + i));
+  return out;
+}
+
+TEST_CASE("local and remote workers get jobs by their own costs (LPT over the cost matrix)") {
+  auto control = std::make_shared<FakeRemote::Control>();
+  control->speedup = 3.0;
+  Fixture f(1, {}, Remotes(control, 1));
+  std::vector<double> costs{100, 800, 300, 700, 200, 600, 400, 500};
+  std::vector<PrefillJob> jobs;
+  for (uint64_t i = 0; i < costs.size(); ++i) {
+    jobs.push_back(f.rec.Job(i, static_cast<uint32_t>(costs[i])));
+  }
+  auto req = f.scheduler.Submit(std::move(jobs), Far());
+  REQUIRE_OK(req);
+  REQUIRE_OK((*req)->Wait());
+  CostMatrix matrix(costs.size(), 2);
+  for (size_t i = 0; i < costs.size(); ++i) matrix(i, 0) = costs[i], matrix(i, 1) = costs[i] / 3;
+  Assignment expect = Assign(matrix, std::vector<double>{0, 0}, Policy::kLpt);
+  int on_remote = 0;
+  for (uint64_t i = 0; i < costs.size(); ++i) {
+    CHECK(f.rec.worker[i] == expect.worker[i]);
+    on_remote += expect.worker[i] == 1 ? 1 : 0;
+  }
+  CHECK(on_remote > static_cast<int>(costs.size()) / 2);  // the faster worker takes more
+  // Remote times do not calibrate the local cost model.
+  CHECK(f.cost.observations() == costs.size() - static_cast<size_t>(on_remote));
+}
+
+TEST_CASE("jobs a remote worker fails are re-run locally; the request succeeds") {
+  auto control = std::make_shared<FakeRemote::Control>();
+  control->fail = true;
+  Fixture f(1, {}, Remotes(control, 1));
+  std::vector<PrefillJob> jobs;
+  for (uint64_t i = 0; i < 6; ++i) jobs.push_back(f.rec.Job(i, 100));
+  auto req = f.scheduler.Submit(std::move(jobs), Far());
+  REQUIRE_OK(req);
+  auto entries = (*req)->Wait();
+  REQUIRE_OK(entries);
+  for (uint64_t i = 0; i < 6; ++i) {
+    CHECK(HoldsKey((*entries)[i], i));
+    CHECK(f.rec.Runs(i) == 1);
+    CHECK(f.rec.worker[i] == 0);  // the local worker computed it
+  }
+  const SchedulerStats s = f.scheduler.stats();
+  CHECK(control->calls > 0);
+  CHECK(s.failovers == static_cast<uint64_t>(control->calls.load()));
+  CHECK(s.prefills_failed == 0);
+  CHECK(s.prefills_ok == 6);
+  CHECK(f.Stored() == 6);
+}
+
+TEST_CASE("a job fails only when no worker is left to run it") {
+  auto control = std::make_shared<FakeRemote::Control>();
+  control->fail = true;
+  Fixture f(0, {}, Remotes(control, 0, 2));  // two remote workers, no local one
+  auto req = f.scheduler.Submit({f.rec.Job(1, 100)}, Far());
+  REQUIRE_OK(req);
+  CHECK((*req)->Wait().status().code() == StatusCode::kComputeFailed);
+  // The first failure marked the double down: the second worker estimates +inf, so no retry.
+  CHECK(control->calls == 1);
+  CHECK(f.scheduler.stats().failovers == 0);
+  CHECK(f.scheduler.stats().prefills_failed == 1);
+  CHECK(f.Stored() == 0);
+}
+
+TEST_CASE("a job is re-run once per worker at most") {
+  auto control = std::make_shared<FakeRemote::Control>();
+  control->fail = true;
+  control->mark_down = false;  // every worker stays eligible by its estimate
+  Fixture f(0, {}, Remotes(control, 0, 3));
+  auto req = f.scheduler.Submit({f.rec.Job(1, 100)}, Far());
+  REQUIRE_OK(req);
+  CHECK((*req)->Wait().status().code() == StatusCode::kComputeFailed);
+  CHECK(control->calls == 3);  // once on each worker, then nobody was left
+  CHECK(f.scheduler.stats().failovers == 2);
+  CHECK(f.scheduler.stats().prefills_failed == 1);
+}
+
+TEST_CASE("a slow remote worker never holds a request past its deadline") {
+  auto control = std::make_shared<FakeRemote::Control>();
+  control->delay = 1500ms;
+  control->speedup = 100.0;
+  Fixture f(1, {}, Remotes(control, 1));
+  const Clock::time_point t0 = Clock::now();
+  auto req = f.scheduler.Submit({f.rec.Job(1, 100)}, t0 + 200ms);
+  REQUIRE_OK(req);
+  CHECK((*req)->Wait().status().code() == StatusCode::kDeadlineExceeded);
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  CHECK(waited < 1.0);
+  CHECK(control->calls == 1);
+}
+
+TEST_CASE("single-flight holds across local and remote workers") {
+  auto control = std::make_shared<FakeRemote::Control>();
+  Fixture f(1, {}, Remotes(control, 1));
+  Gate gate;
+  auto first = f.scheduler.Submit({f.rec.Job(7, 100, &gate)}, Far());
+  REQUIRE_OK(first);
+  WaitUntil([&] { return f.rec.started == 1; });  // running on the (faster) remote worker
+  auto second = f.scheduler.Submit({f.rec.Job(7, 100), f.rec.Job(8, 100)}, Far());
+  REQUIRE_OK(second);
+  gate.Open();
+  auto a = (*first)->Wait();
+  auto b = (*second)->Wait();
+  REQUIRE_OK(a);
+  REQUIRE_OK(b);
+  CHECK(HoldsKey((*a)[0], 7));
+  CHECK(HoldsKey((*b)[0], 7));
+  CHECK(HoldsKey((*b)[1], 8));
+  CHECK(f.rec.Runs(7) == 1);
+  CHECK(f.rec.worker[7] == 1);
+  CHECK((*second)->timings().joined == 1);
 }
 
 }  // namespace
