@@ -163,7 +163,7 @@ TEST_CASE("router + two peers: bitwise the result of one daemon computing everyt
   CheckSame(r, ref, got, want);
   const nlohmann::json stats = Stats(r);
   uint64_t remote_jobs = 0;
-  for (const std::string address : {Address(**p1), Address(**p2)}) {
+  for (const std::string& address : {Address(**p1), Address(**p2)}) {
     const nlohmann::json row = PeerRow(stats, address);
     CHECK(row["up"] == true);
     CHECK(row["failures"] == 0);
