@@ -68,8 +68,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!store.ok()) std::abort();
   server::Handlers handlers(
       config, metrics, compute,
-      server::ServerControl{[](const std::string&) {}, [] { return size_t{1}; }}, **store, nullptr,
-      nullptr, nullptr);
+      server::ServerControl{[](const std::string&) {}, [] { return size_t{1}; }, /*peer_stats=*/{}},
+      **store, nullptr, nullptr, nullptr);
   ServerSession session(tenants.Policy((data[0] & 2) != 0), handlers.ReadyLimits());
 
   Bytes frames(reinterpret_cast<const std::byte*>(data + 1),
