@@ -2,9 +2,11 @@
 // peers; its COMPOSE misses are scattered over its own worker and the peers, whose entries
 // stream back, are verified and stored on the router. Checked against a reference daemon that
 // computes everything itself:
-//   - with two peers, the logits (the whole row) and every stored entry are bitwise the same,
-//     and the peers did compute some of the segments;
-//   - a peer killed (kill -9) while it holds jobs: the request completes, bitwise the same;
+//   - with two peers, the logits (the whole row), the composed state and every stored entry are
+//     bitwise the same, and the peers did compute some of the segments;
+//   - a peer killed (kill -9) once it has taken its PREFILL (seen in its STATS) and before it
+//     answers: the job is re-run locally, the request completes bitwise the same, and the
+//     router stores only the prompt's entries;
 //   - a peer serving another model (another fingerprint) is refused, logged, and not used;
 //   - peers that answer garbage (an entry of other tokens, random bytes) are rejected: the
 //     request is right and the router stores only the entries it asked for.
@@ -67,12 +69,14 @@ std::vector<protocol::ComposePart> Prompt(uint64_t seed, size_t segments, size_t
   return parts;
 }
 
-// COMPOSE with the whole logit row; any failure as a Status (usable off the test thread).
+// COMPOSE with the whole logit row and the state; any failure as a Status (usable off the test
+// thread).
 Result<protocol::ComposeReply> TryCompose(RawConn& conn,
                                           const std::vector<protocol::ComposePart>& parts) {
   protocol::ComposeRequest req;
   req.mode = protocol::ComposeMode::kHypic;
   req.top_k = 4;
+  req.return_state = true;
   req.parts = parts;
   protocol::ComposeOptions options;
   options.logits = protocol::LogitsMode::kFull;
@@ -125,13 +129,16 @@ std::vector<Hash128> Listed(RawConn& conn) {
   return keys;
 }
 
-// The router's answer against the reference's: the whole logit row and every segment's stored
-// entry, bitwise; and the router stores exactly the prompt's segments.
+// The router's answer against the reference's: the whole logit row, the composed state and
+// every segment's stored entry, bitwise; and the router stores exactly the prompt's segments.
 void CheckSame(RawConn& router, RawConn& reference, const protocol::ComposeReply& got,
                const protocol::ComposeReply& want) {
   REQUIRE(got.logits.size() == want.logits.size());
   CHECK(std::memcmp(got.logits.data(), want.logits.data(), want.logits.size() * 4) == 0);
   CHECK(got.top == want.top);
+  REQUIRE(got.has_state);
+  REQUIRE(want.has_state);
+  CHECK(got.state == want.state);
   std::vector<Hash128> keys;
   for (size_t i = 0; i + 1 < got.parts.size(); ++i) {
     CAPTURE(i);
@@ -180,40 +187,64 @@ TEST_CASE("router + two peers: bitwise the result of one daemon computing everyt
   CHECK(metrics.find("hypic_peer_jobs_total{peer=\"" + Address(**p2) + "\"}") != std::string::npos);
 }
 
-TEST_CASE("a peer killed with -9 while it holds jobs: the request completes, bitwise right") {
+// The peer's compute queue depth (PREFILLs waiting or running there), or nullopt when STATS
+// fails. No REQUIRE: called while another thread runs a request.
+std::optional<int64_t> ComputeQueueDepth(RawConn& conn) {
+  auto r = conn.Call(Opcode::kStats);
+  if (!r.ok() || r->status() != StatusCode::kOk) return std::nullopt;
+  const nlohmann::json stats =
+      nlohmann::json::parse(r->text(), nullptr, /*allow_exceptions=*/false);
+  if (!stats.contains("server") || !stats["server"].contains("compute_queue_depth")) {
+    return std::nullopt;
+  }
+  return stats["server"]["compute_queue_depth"].get<int64_t>();
+}
+
+TEST_CASE("a peer killed with -9 while it holds a job: the request completes, bitwise right") {
   auto reference = Daemon::Start(Options());
   REQUIRE_OK(reference);
   auto peer = Daemon::Start(Options());
   REQUIRE_OK(peer);
-  // A long backoff: the peer stays down (in STATS) after the kill.
-  auto router = Daemon::Start(Options({"--peers", Address(**peer) + ";weight=4;concurrency=2",
-                                       "--peer-timeout-ms", "30s", "--peer-backoff-ms", "60s"}));
+  // Uncalibrated (no reply yet), the peer counts as 8 of the router's workers, so the large
+  // segment goes to it; a long backoff keeps it down (in STATS) after the kill.
+  auto router = Daemon::Start(Options({"--peers", Address(**peer) + ";weight=8",
+                                       "--peer-timeout-ms", "60s", "--peer-backoff-ms", "60s"}));
   REQUIRE_OK(router);
   RawConn ref = Admin(**reference);
   RawConn r = Admin(**router);
-  // A first request calibrates the peer's speed (and shows it takes jobs).
-  const auto warm_prompt = Prompt(1, 4, 96);
-  CheckSame(r, ref, Compose(r, warm_prompt), Compose(ref, warm_prompt));
-  REQUIRE(PeerRow(Stats(r), Address(**peer))["jobs"].get<uint64_t>() > 0);
+  RawConn p = Admin(**peer);
 
-  // Stopped, the peer holds whatever it is sent; killed, its connections reset mid-request.
-  const auto prompt = Prompt(2, 8, 96);
+  // One large segment, the peer's job, long enough to kill the peer while it computes it, and
+  // three small ones for the router's worker.
+  auto prompt = Prompt(2, 3, 128);
+  prompt.insert(prompt.begin(), Prompt(7, 1, 8192).front());
   const auto want = Compose(ref, prompt);
-  REQUIRE(kill((*peer)->pid(), SIGSTOP) == 0);
   Result<protocol::ComposeReply> got = Internal("not run");
   std::thread request([&] {
     auto c = RawConn::UnixHello((*router)->unix_path());
     got = c.ok() ? TryCompose(*c, prompt) : Result<protocol::ComposeReply>(c.status());
   });
-  std::this_thread::sleep_for(500ms);
+  // Killed once the PREFILL is in the peer's compute queue: the peer has taken the job.
+  bool holding = false;
+  for (auto until = std::chrono::steady_clock::now() + 60s;
+       !holding && std::chrono::steady_clock::now() < until;) {
+    const std::optional<int64_t> depth = ComputeQueueDepth(p);
+    holding = depth && *depth > 0;
+    if (!holding) std::this_thread::sleep_for(1ms);
+  }
   (*peer)->Stop(SIGKILL);
   request.join();
+  REQUIRE_MESSAGE(holding, "the peer never took a PREFILL");
   REQUIRE_OK(got);
-  CheckSame(r, ref, *got, want);
-  const nlohmann::json row = PeerRow(Stats(r), Address(**peer));
+  CheckSame(r, ref, *got, want);  // bitwise, and only the prompt's entries stored
+  const nlohmann::json stats = Stats(r);
+  const nlohmann::json row = PeerRow(stats, Address(**peer));
+  CAPTURE(row.dump());
+  CHECK(row["jobs"] == 0);      // the peer never answered: it held its job when killed
+  CHECK(row["failures"] == 1);  // that one job, lost with the connection
+  CHECK(row["errors"] == 1);
   CHECK(row["up"] == false);
-  CHECK(row["failures"].get<uint64_t>() >= 1);
-  CHECK(Stats(r)["scheduler"]["failovers"].get<uint64_t>() >= 1);
+  CHECK(stats["scheduler"]["failovers"] == 1);  // re-run once, on the router's worker
   CHECK((*router)->Log().find("down") != std::string::npos);
 }
 
