@@ -39,7 +39,7 @@ constexpr auto kDrainTick = std::chrono::milliseconds(20);
 
 // `io_threads` io_contexts (0: one per core), each to be run by one thread.
 std::vector<std::unique_ptr<asio::io_context>> MakeContexts(uint32_t io_threads) {
-  unsigned n = io_threads != 0 ? io_threads : std::max(1u, std::thread::hardware_concurrency());
+  unsigned n = io_threads != 0 ? io_threads : static_cast<unsigned>(cpu::UsableCores());
   std::vector<std::unique_ptr<asio::io_context>> contexts;
   for (unsigned i = 0; i < n; ++i) contexts.push_back(std::make_unique<asio::io_context>(1));
   return contexts;

@@ -1,6 +1,7 @@
 #include "gpu/cpu/compute_threads.h"
 
 #include <omp.h>
+#include <sched.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
 #define HYPIC_HAS_MXCSR 1
@@ -11,9 +12,20 @@
 #include <thread>
 
 namespace hypic::cpu {
+
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 namespace {
 
-std::atomic<int> g_threads{static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+std::atomic<int> g_threads{UsableCores()};
 thread_local int t_threads = 0;  // the calling thread's ScopedComputeThreads; 0: none
 
 }  // namespace

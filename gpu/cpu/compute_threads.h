@@ -1,10 +1,10 @@
 // The CPU compute-thread budget and the fork-join loop every CPU kernel splits its work with.
 //
 // A budget is per calling thread: ComputeThreads() is the thread's innermost
-// ScopedComputeThreads, else the process-wide SetComputeThreads value (default: the hardware
-// threads), never more than OpenMP's thread limit (OMP_THREAD_LIMIT). Both ParallelFor and the
-// GEMMs (gemm.h, oneDNN on OpenMP, which honours a per-thread thread count) read it at each call,
-// so a runtime worker with a 1-thread budget runs its whole pass on its own thread while another
+// ScopedComputeThreads, else the process-wide SetComputeThreads value (default: UsableCores()),
+// never more than OpenMP's thread limit (OMP_THREAD_LIMIT). Both ParallelFor and the GEMMs
+// (gemm.h, oneDNN on OpenMP, which honours a per-thread thread count) read it at each call, so
+// a runtime worker with a 1-thread budget runs its whole pass on its own thread while another
 // worker runs beside it with its own.
 //
 // ParallelFor runs on OpenMP, the same thread teams oneDNN uses, so a pass alternating GEMMs
@@ -28,6 +28,11 @@
 #include <functional>
 
 namespace hypic::cpu {
+
+// The cores this process may run on: its CPU affinity mask (taskset, a container's cpuset),
+// else the hardware threads. The default budget, and the default worker and io-thread counts,
+// so that a daemon pinned to one core does not run two compute threads on it.
+int UsableCores();
 
 // Sets the process-wide budget (at least 1).
 void SetComputeThreads(int threads);

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <thread>
 
 #include "core/host_buffer.h"
+#include "gpu/cpu/compute_threads.h"
 
 namespace hypic::gpu {
 
@@ -67,7 +67,7 @@ class CpuBackendImpl final : public Backend {
     long page = sysconf(_SC_PAGE_SIZE);
     info.total_memory = static_cast<size_t>(pages) * static_cast<size_t>(page);
     info.free_memory = static_cast<size_t>(avail) * static_cast<size_t>(page);
-    info.multiprocessors = static_cast<int>(std::thread::hardware_concurrency());
+    info.multiprocessors = cpu::UsableCores();
     return info;
   }
 

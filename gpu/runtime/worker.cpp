@@ -4,7 +4,8 @@
 #include <time.h>
 
 #include <algorithm>
-#include <thread>
+
+#include "gpu/cpu/compute_threads.h"
 
 namespace hypic::runtime {
 
@@ -47,8 +48,6 @@ double ThreadCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-int HardwareThreads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
-
 WorkerPool::WorkerPool(std::vector<std::unique_ptr<Worker>> workers)
     : workers_(std::move(workers)) {
   for (const auto& w : workers_) {
@@ -59,7 +58,7 @@ WorkerPool::WorkerPool(std::vector<std::unique_ptr<Worker>> workers)
 Result<std::unique_ptr<WorkerPool>> WorkerPool::Create(
     const PoolOptions& options, std::vector<std::unique_ptr<Worker>> remote) {
   std::vector<std::unique_ptr<Worker>> workers;
-  int cpu_workers = options.cpu_workers > 0 ? options.cpu_workers : HardwareThreads();
+  int cpu_workers = options.cpu_workers > 0 ? options.cpu_workers : cpu::UsableCores();
   if (options.kind == gpu::BackendKind::kCuda) {
     gpu::Backend* cuda = gpu::FindBackend(gpu::BackendKind::kCuda);
     if (cuda == nullptr || cuda->DeviceCount() == 0) {
@@ -74,7 +73,7 @@ Result<std::unique_ptr<WorkerPool>> WorkerPool::Create(
     cpu_workers = std::max(0, options.cpu_workers);
   }
   if (cpu_workers > 0) {
-    const int threads = options.cpu_threads > 0 ? options.cpu_threads : HardwareThreads();
+    const int threads = options.cpu_threads > 0 ? options.cpu_threads : cpu::UsableCores();
     const int budget = std::max(1, threads / cpu_workers);
     gpu::Backend& cpu = gpu::CpuBackend();
     for (int i = 0; i < cpu_workers; ++i) {

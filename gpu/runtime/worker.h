@@ -76,9 +76,6 @@ class WorkerPool {
   int cpu_budget_ = 0;
 };
 
-// The number of hardware threads (at least 1).
-int HardwareThreads();
-
 // The calling thread's CPU time in seconds: what a job costs a dedicated core, independent of
 // other load on a shared machine.
 double ThreadCpuSeconds();

@@ -21,10 +21,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gpu/backend.h"
+#include "gpu/cpu/compute_threads.h"
 #include "gpu/cpu/gemm.h"
 #include "tools/common/subcommand.h"
 #include "tools/hypic-bench/quality_composer.h"
@@ -79,9 +79,7 @@ int Run(const QualityOptions& opt) {
   auto prompts = ReadQualityData(opt.data, static_cast<uint32_t>(m.config().vocab_size), opt.limit);
   if (!prompts.ok()) return Fail(prompts.status(), FailurePhase::kOperation);
 
-  const int workers = opt.workers > 0
-                          ? opt.workers
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int workers = opt.workers > 0 ? opt.workers : cpu::UsableCores();
   std::vector<std::unique_ptr<PromptComposer>> composers;
   for (int w = 0; w < workers && composers.size() < prompts->size(); ++w) {
     if (opt.daemon.empty()) {

@@ -2,6 +2,7 @@
 #include "gpu/cpu/compute_threads.h"
 
 #include <doctest/doctest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cmath>
@@ -133,6 +134,25 @@ TEST_CASE("ScopedFlushDenormals nests and restores the previous mode") {
 #endif
   }
   CHECK(SubnormalProduct() == std::ldexp(1.0f, -140));
+}
+
+TEST_CASE("UsableCores follows the affinity mask, not the machine's core count") {
+  cpu_set_t all;
+  REQUIRE(sched_getaffinity(0, sizeof(all), &all) == 0);
+  CHECK(UsableCores() == CPU_COUNT(&all));
+  // A thread pinned to one core (as taskset -c pins a process) counts one: UsableCores reads
+  // the calling thread's mask, so the test pins a thread of its own.
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) ++first;
+  int pinned = 0;
+  std::thread t([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) == 0) pinned = UsableCores();
+  });
+  t.join();
+  CHECK(pinned == 1);
 }
 
 }  // namespace
