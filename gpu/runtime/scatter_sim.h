@@ -11,6 +11,14 @@
 // c < k cores each run at c/k speed), which is how a fold that runs while every core prefills
 // slows the workers down on a CPU machine.
 //
+// Workers: by default every worker is local, at the speed the segments' costs were measured
+// at. `worker_models` gives each its own speed (a job takes compute_s / speed) and marks peer
+// daemons (issue 18): a peer computes on its own cores (outside `cores`), then sends the entry
+// back over `network`, the router's ingress link that every peer shares first come first
+// served, and takes its next job only once its entry has arrived (one remote PREFILL at a time
+// per connection). The assignment sees each worker's cost of a job, the transfer included, as
+// the MissScheduler's cost matrix does.
+//
 // Transfer model: an entry of B bytes takes latency + B / bandwidth. Where the transport runs
 // on the worker's own thread (HostTransport), the copy occupies the worker; otherwise (NCCL,
 // its own stream) the entries share the combine's ingress link, first come first served, and
@@ -40,6 +48,11 @@ struct TransferModel {
   bool on_worker = true;     // the copy occupies the worker (HostTransport) vs. a shared link
 };
 
+struct SimWorker {
+  double speed = 1.0;   // relative to the segments' compute_s; > 0
+  bool remote = false;  // a peer daemon: its entries come back over SimOptions::network
+};
+
 // One step of a streamed combine: it may start once the first `need` segments (in request
 // order) have arrived and the previous step is done, and takes `seconds` of one core.
 struct FoldStep {
@@ -58,6 +71,9 @@ struct SimOptions {
   bool fold_when_idle =
       false;      // steps start only while some worker is idle (FoldPolicy::kWhenIdle)
   int cores = 0;  // 0: a core per thread; else the threads share this many cores
+  // One per worker when set (then its size is `workers`); empty: all local at speed 1.
+  std::vector<SimWorker> worker_models;
+  TransferModel network;  // remote workers' entries (on_worker is ignored)
 };
 
 struct SimResult {
@@ -67,7 +83,7 @@ struct SimResult {
   std::vector<double> worker_busy_s;  // compute (+ on-worker copies) per worker
 };
 
-// REQUIRES: options.workers >= 1.
+// REQUIRES: options.workers >= 1; worker_models empty or of size workers, speeds > 0.
 SimResult SimulateCold(std::span<const SimSegment> segments, const SimOptions& options);
 
 }  // namespace hypic::runtime

@@ -60,6 +60,12 @@ struct Options {
   bool wide = true;  // cold: also time one worker with 2 compute threads
   std::vector<std::string> folds = {"eager", "idle", "end"};  // cold: fold policies measured
   bool combine_core = false;  // scatter-sim: the combine has a core of its own
+  // scatter-sim, peer daemons: instance counts (a router with one local worker plus peers),
+  // the network between them, and a measured TTFT of 2 instances to check the model against.
+  std::vector<int> instances = {1, 2, 8, 32};
+  double network_gbps = 10.0;  // gigabits per second
+  double network_latency_ms = 0.1;
+  double measured_two_s = 0.0;  // 0: none
 };
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -297,6 +303,34 @@ Result<std::shared_ptr<const model::Model>> Load(const Options& o) {
   return m;
 }
 
+// Peer daemons (issue 18): N instances of one worker each, one of them the router, whose
+// local worker shares its core with the combine; the others send their entries back over the
+// network (scripts/bench-peers.sh measures N = 2 on this machine).
+void PrintPeerProjection(const Calibration& cal, const Options& o,
+                         const std::vector<runtime::SimSegment>& segs) {
+  fmt::print("\npeer daemons, one worker each, {} Gb/s network, {} ms latency, LPT, eager fold:\n",
+             o.network_gbps, o.network_latency_ms);
+  fmt::print("  {:>9} {:>10} {:>8} {:>10}\n", "instances", "TTFT ms", "speedup", "efficiency");
+  double t1 = 0.0;
+  for (int n : o.instances) {
+    runtime::SimOptions so =
+        SimOpts(cal, o, n, runtime::Policy::kLpt, runtime::FoldPolicy::kEager, /*cores=*/1);
+    so.worker_models.assign(static_cast<size_t>(n), runtime::SimWorker{1.0, true});
+    so.worker_models[0].remote = false;  // the router's own worker
+    so.network =
+        runtime::TransferModel{o.network_latency_ms * 1e-3, o.network_gbps * 1e9 / 8.0, false};
+    const double ttft = runtime::SimulateCold(segs, so).ttft_s;
+    if (n == 1) t1 = ttft;
+    const double speedup = t1 > 0 ? t1 / ttft : 0.0;
+    fmt::print("  {:>9} {:>10.1f} {:>8.2f} {:>10.3f}", n, 1e3 * ttft, speedup, speedup / n);
+    if (n == 2 && o.measured_two_s > 0.0) {
+      fmt::print("   measured {:.1f} ms: model error {:+.1f}%", 1e3 * o.measured_two_s,
+                 100.0 * (ttft - o.measured_two_s) / o.measured_two_s);
+    }
+    fmt::print("\n");
+  }
+}
+
 int RunSim(const Options& o) {
   auto m = Load(o);
   if (!m.ok()) {
@@ -367,6 +401,7 @@ int RunSim(const Options& o) {
                1e3 * cont, 1e3 * rr, cont / lpt, ratio_sum / o.skew_draws);
     if (w == 8) ok = ok && cont / lpt >= 1.3;
   }
+  PrintPeerProjection(*cal, o, segs);
   fmt::print("\ntargets (8 workers): efficiency >= 0.75, contiguous/LPT >= 1.3: {}\n",
              ok ? "met" : "MISSED");
   return ok ? kExitOk : kExitFailure;
@@ -573,6 +608,17 @@ const bool kSimRegistered = RegisterSubcommand(
       sub.add_option("--workers", o->workers, "worker counts to simulate")->delimiter(',');
       sub.add_option("--skew-sigma", o->skew_sigma, "log-normal sigma of the skewed lengths");
       sub.add_option("--skew-draws", o->skew_draws, "skewed draws averaged");
+      sub.add_option("--instances", o->instances,
+                     "peer-daemon projection: instance counts (router + peers, one worker each)")
+          ->delimiter(',');
+      sub.add_option("--network-gbps", o->network_gbps,
+                     "peer-daemon projection: network bandwidth, Gb/s");
+      sub.add_option("--network-latency-ms", o->network_latency_ms,
+                     "peer-daemon projection: one transfer's latency, ms");
+      sub.add_option(
+          "--measured-two-s", o->measured_two_s,
+          "peer-daemon projection: measured TTFT of 2 instances (scripts/bench-peers.sh), "
+          "for the model's error");
       sub.add_flag("--combine-core", o->combine_core,
                    "the combine has a core of its own (else it shares the workers' cores)");
       return [o] { return RunSim(*o); };

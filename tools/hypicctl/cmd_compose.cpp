@@ -156,8 +156,11 @@ int RunCompose(const ComposeCtlOptions& opts) {
     nlohmann::json j = {{"n_tokens", reply->n_tokens},
                         {"parts", parts},
                         {"top", top},
-                        {"total_us", t.total_us},
-                        {"compose_us", t.compose_us}};
+                        {"probe_us", t.probe_us},
+                        {"prefill_us", t.prefill_us},
+                        {"transfer_us", t.transfer_us},
+                        {"compose_us", t.compose_us},
+                        {"total_us", t.total_us}};
     j["reply_s"] = reply_s;  // request sent -> last reply byte, as this client saw it
     if (req.return_state) {
       j["state_file"] = opts.save_state;

@@ -1,6 +1,7 @@
 // The scatter simulator agrees with the assignment arithmetic and models transfers as
 // documented: on-worker copies, a shared combine link, and the synchronous burst; and the
-// streamed combine, on cores of its own or shared with the workers.
+// streamed combine, on cores of its own or shared with the workers; workers of different
+// speeds, and peer daemons whose entries cross a shared network link.
 #include "gpu/runtime/scatter_sim.h"
 
 #include <doctest/doctest.h>
@@ -102,6 +103,41 @@ TEST_CASE("a streamed combine folds while the rest computes; on shared cores it 
   o.cores = 1;
   o.fold_when_idle = false;
   CHECK(SimulateCold(segs, o).ttft_s == doctest::Approx(4.5));
+}
+
+TEST_CASE("a faster worker takes more of the jobs; the assignment sees the speeds") {
+  auto segs = Segments({1, 1, 1, 1, 1, 1}, 0);
+  SimOptions o;
+  o.workers = 2;
+  o.worker_models = {{2.0, false}, {1.0, false}};  // worker 0 twice as fast
+  SimResult r = SimulateCold(segs, o);
+  CHECK(r.compute_span_s == doctest::Approx(2.0));  // 4 jobs at 0.5 s, 2 jobs at 1 s
+  CHECK(r.worker_busy_s[0] == doctest::Approx(2.0));
+  CHECK(r.worker_busy_s[1] == doctest::Approx(2.0));
+}
+
+TEST_CASE("a peer computes beside the local cores and waits for its entry to cross the link") {
+  auto segs = Segments({1, 1, 1, 1}, 1000);
+  SimOptions o;
+  o.workers = 2;
+  o.cores = 1;  // the local worker and the combine share one core; the peer has its own
+  o.combine_s = 0.5;
+  o.worker_models = {{1.0, false}, {1.0, true}};
+  o.network = TransferModel{0.0, 4000.0, false};  // 0.25 s per entry
+  SimResult r = SimulateCold(segs, o);
+  // The assignment charges the peer 1.25 s a job: two each. The peer's entries arrive at 1.25
+  // and 2.5 (its second job starts after the first entry arrived); the local ones at 1 and 2.
+  CHECK(r.worker_busy_s[0] == doctest::Approx(2.0));
+  CHECK(r.worker_busy_s[1] == doctest::Approx(2.0));
+  CHECK(r.last_arrival_s == doctest::Approx(2.5));
+  CHECK(r.ttft_s == doctest::Approx(3.0));
+
+  // Peers share the router's ingress link: two peers finishing together queue their entries.
+  auto two = Segments({1, 1}, 1000);
+  o.worker_models = {{1.0, true}, {1.0, true}};
+  SimResult peers = SimulateCold(two, o);
+  CHECK(peers.last_arrival_s == doctest::Approx(1.5));  // 1.25, then 1.5
+  CHECK(peers.ttft_s == doctest::Approx(2.0));
 }
 
 }  // namespace
