@@ -82,6 +82,16 @@ const TierCounters& CountersOf(const std::vector<TierStats>& stats, TierKind k) 
   return stats.front().counters;
 }
 
+// Keys 1..last each read back exactly the bytes that were put.
+void CheckReadsBack(TierManager& m, uint64_t last) {
+  for (uint64_t s = 1; s <= last; ++s) {
+    CAPTURE(s);
+    auto got = m.Get(KeyOf(s));
+    REQUIRE_OK(got);
+    CHECK(SameBytes(*got, *EntryBytes(s)));
+  }
+}
+
 TEST_CASE("put then get: a host hit with the same bytes; unknown keys miss") {
   auto m = Manager({}, 4);
   auto a = EntryBytes(1);
@@ -158,19 +168,10 @@ TEST_CASE("write-backs: served from memory until written, finished by the destru
     auto m = Manager(o, 2, Ssd(dir, 100 * EntrySize()));
     for (uint64_t s = 1; s <= 8; ++s) CHECK_OK(m->Put(EntryBytes(s)));
     // Whether or not the writer got to them yet, every demoted entry reads back intact.
-    for (uint64_t s = 1; s <= 6; ++s) {
-      auto got = m->Get(KeyOf(s));
-      REQUIRE_OK(got);
-      CHECK(SameBytes(*got, *EntryBytes(s)));
-    }
+    CheckReadsBack(*m, 6);
   }  // no Flush: the destructor drains the queue
   auto m = Manager(o, 2, Ssd(dir, 100 * EntrySize()));
-  for (uint64_t s = 1; s <= 6; ++s) {
-    CAPTURE(s);
-    auto got = m->Get(KeyOf(s));
-    REQUIRE_OK(got);
-    CHECK(SameBytes(*got, *EntryBytes(s)));
-  }
+  CheckReadsBack(*m, 6);
 }
 
 TEST_CASE("write-backs: with no queue (max_writeback_bytes = 0) the evicting caller writes") {
@@ -333,11 +334,7 @@ TEST_CASE("flush writes memory-only entries to SSD, and a restart finds them") {
   }
   auto m = Manager({}, 8, Ssd(dir, 100 * EntrySize()));
   CHECK(m->List().size() == 3);
-  for (uint64_t s = 1; s <= 3; ++s) {
-    auto got = m->Get(KeyOf(s));
-    REQUIRE_OK(got);
-    CHECK(SameBytes(*got, *EntryBytes(s)));
-  }
+  CheckReadsBack(*m, 3);
 }
 
 TEST_CASE("SSD placement, and HBM above host (CPU backend as the device)") {
@@ -363,11 +360,7 @@ TEST_CASE("SSD placement, and HBM above host (CPU backend as the device)") {
   auto host = m->Get(KeyOf(5));  // copied back and verified
   REQUIRE_OK(host);
   CHECK(SameBytes(*host, *EntryBytes(5)));
-  for (uint64_t s = 1; s <= 5; ++s) {
-    auto got = m->Get(KeyOf(s));
-    REQUIRE_OK(got);
-    CHECK(SameBytes(*got, *EntryBytes(s)));
-  }
+  CheckReadsBack(*m, 5);
 }
 
 TEST_CASE("filling each tier to twice its capacity never exceeds it") {
@@ -787,11 +780,7 @@ TEST_CASE("flush waits for an SSD write another thread has in flight; a power lo
   fault->Activate();
   auto m = Manager(o, 4, Ssd(dir, 100 * EntrySize()));
   CHECK(m->List().size() == 2);
-  for (uint64_t s = 1; s <= 2; ++s) {
-    auto got = m->Get(KeyOf(s));
-    REQUIRE_OK(got);
-    CHECK(SameBytes(*got, *EntryBytes(s)));
-  }
+  CheckReadsBack(*m, 2);
 }
 
 TEST_CASE("flush reports a write-back in flight that fails; the next flush is clean") {
