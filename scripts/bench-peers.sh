@@ -18,45 +18,24 @@ runs=${1:-3}
 segments=${2:-32}
 bin=${HYPIC_BIN_DIR:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
 models=${HYPIC_MODEL_CACHE:-/tmp/hypic-models}
-work=$(mktemp -d /tmp/hypic-bench-peers-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=lib/bench-daemons.sh
+. "$(dirname "$0")/lib/bench-daemons.sh"
 if [ "$(nproc)" -lt 2 ]; then
   echo "bench-peers: needs 2 cores (one per daemon), this machine has $(nproc)" >&2
   exit 2
 fi
 
-start_daemon() {  # name, core, extra flags...; not in a subshell, so that cleanup sees its pid
+pinned() {  # name, core, extra flags...
   local name=$1 core=$2
   shift 2
-  mkdir -p "$work/$name"
-  taskset -c "$core" "$bin/hypicd" --model builtin:small --model-cache-dir "$models" \
-    --data-dir "$work/$name" --listen 127.0.0.1:0 --ready-file "$work/$name.ready" \
-    --metrics off --ram-capacity 4GiB --ssd-capacity 4GiB --request-timeout-ms 600000 \
-    --prefill-workers 1 --peer-timeout-ms 600000 "$@" > "$work/$name.log" 2>&1 &
-  pids+=($!)
+  DAEMON_LAUNCH="taskset -c $core" start_daemon "$name" --ram-capacity 4GiB \
+    --ssd-capacity 4GiB --prefill-workers 1 --peer-timeout-ms 600000 "$@"
 }
-port_of() {  # waits 120 s at most for the daemon's ready file
-  for _ in $(seq 2400); do [ -s "$work/$1.ready" ] && break; sleep 0.05; done
-  local port
-  port=$(sed -n 's/^tcp=.*:\([0-9]*\)$/\1/p' "$work/$1.ready" 2> /dev/null)
-  if [ -z "$port" ]; then
-    echo "hypicd $1 did not start:" >&2
-    cat "$work/$1.log" >&2
-    exit 1
-  fi
-  echo "$port"
-}
-start_daemon s 0
-start_daemon p 1
+pinned s 0
+pinned p 1
 port_s=$(port_of s)
 port_p=$(port_of p)
-start_daemon r 0 --peers "127.0.0.1:$port_p"
+pinned r 0 --peers "127.0.0.1:$port_p"
 port_r=$(port_of r)
 
 prompt() {  # seed, segments -> a parts file
@@ -70,7 +49,7 @@ PY
   echo "$work/parts-$1.jsonl"
 }
 peer_jobs() {
-  "$bin/hypicctl" stats --json --unix "$(sed -n 's/^unix=//p' "$work/r.ready")" |
+  "$bin/hypicctl" stats --json --unix "$(unix_of r)" |
     python3 -c 'import json,sys; print(sum(p["jobs"] for p in json.load(sys.stdin).get("peers", [])))'
 }
 compose() {  # port, parts file -> "reply_s prefill_s compose_s other_s misses"

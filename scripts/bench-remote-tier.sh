@@ -15,14 +15,8 @@ set -euo pipefail
 runs=${1:-5}
 bin=${HYPIC_BIN_DIR:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
 models=${HYPIC_MODEL_CACHE:-/tmp/hypic-models}
-work=$(mktemp -d /tmp/hypic-bench-remote-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=lib/bench-daemons.sh
+. "$(dirname "$0")/lib/bench-daemons.sh"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 rport=$(free_port)
@@ -31,35 +25,18 @@ redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --maxmem
 pids+=($!)
 until redis-cli -p "$rport" ping > /dev/null 2>&1; do sleep 0.05; done
 
-start_daemon() {  # name, extra flags...; not in a subshell, so that cleanup sees its pid
+remote() {  # name, extra flags...: a daemon on the shared Redis
   local name=$1
   shift
-  mkdir -p "$work/$name"
-  "$bin/hypicd" --model builtin:small --model-cache-dir "$models" --data-dir "$work/$name" \
-    --listen 127.0.0.1:0 --ready-file "$work/$name.ready" --metrics off --ssd-capacity 2GiB \
-    --request-timeout-ms 600000 --remote-store "redis://127.0.0.1:$rport" \
-    --remote-min-tokens 0 "$@" > "$work/$name.log" 2>&1 &
-  pids+=($!)
+  start_daemon "$name" --ssd-capacity 2GiB --remote-store "redis://127.0.0.1:$rport" \
+    --remote-min-tokens 0 "$@"
 }
-port_of() {  # waits 120 s at most for the daemon's ready file
-  for _ in $(seq 2400); do [ -s "$work/$1.ready" ] && break; sleep 0.05; done
-  sed -n 's/^tcp=.*:\([0-9]*\)$/\1/p' "$work/$1.ready" 2> /dev/null
-}
-start_daemon a --ram-capacity 2GiB
-start_daemon b --ram-capacity 2GiB
-start_daemon c --ram-capacity 0
+remote a --ram-capacity 2GiB
+remote b --ram-capacity 2GiB
+remote c --ram-capacity 0
 port_a=$(port_of a)
 port_b=$(port_of b)
 port_c=$(port_of c)
-for d in a b c; do
-  port_var=port_$d
-  if [ -z "${!port_var}" ]; then
-    echo "hypicd $d did not start:" >&2
-    cat "$work/$d.log" >&2
-    exit 1
-  fi
-done
-
 compose() {  # port, parts file -> "seconds hits"
   "$bin/hypicctl" compose --host 127.0.0.1 --port "$1" "$2" --json --timeout 600 |
     python3 -c 'import json,sys; j=json.load(sys.stdin); print("%.4f %d %s" % (j["reply_s"], sum(p["outcome"]=="hit" for p in j["parts"]), ",".join(sorted({p["tier"] for p in j["parts"] if p["outcome"]=="hit"})) or "-"))'
@@ -95,4 +72,4 @@ print(f"remote hit: {med['recompute'] / med['remote']:.1f}x faster than recomput
       f"{med['remote'] / med['ssd']:.2f}x the SSD hit's time, {med['remote'] / med['ram']:.2f}x the RAM hit's")
 PY
 echo "daemon B's tiers:"
-"$bin/hypicctl" stats --unix "$(sed -n 's/^unix=//p' "$work/b.ready")" | sed -n '/^tiers/,/^$/p'
+"$bin/hypicctl" stats --unix "$(unix_of b)" | sed -n '/^tiers/,/^$/p'
