@@ -18,7 +18,7 @@ runs=${1:-3}
 segments=${2:-32}
 bin=${HYPIC_BIN_DIR:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
 models=${HYPIC_MODEL_CACHE:-/tmp/hypic-models}
-# shellcheck source=lib/bench-daemons.sh
+# shellcheck source-path=SCRIPTDIR source=lib/bench-daemons.sh
 . "$(dirname "$0")/lib/bench-daemons.sh"
 if [ "$(nproc)" -lt 2 ]; then
   echo "bench-peers: needs 2 cores (one per daemon), this machine has $(nproc)" >&2

@@ -15,7 +15,7 @@ set -euo pipefail
 runs=${1:-5}
 bin=${HYPIC_BIN_DIR:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
 models=${HYPIC_MODEL_CACHE:-/tmp/hypic-models}
-# shellcheck source=lib/bench-daemons.sh
+# shellcheck source-path=SCRIPTDIR source=lib/bench-daemons.sh
 . "$(dirname "$0")/lib/bench-daemons.sh"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the benchmark scripts that run several hypicd on loopback (bench-peers.sh,
 # bench-remote-tier.sh): a private work folder, removed with every started process on exit, and
 # helpers to start a daemon and wait for its ports. Expects `bin` (hypicd's folder) and `models`
@@ -18,7 +19,7 @@ start_daemon() {
   local name=$1
   shift
   mkdir -p "$work/$name"
-  # shellcheck disable=SC2086 # DAEMON_LAUNCH is a command line
+  # shellcheck disable=SC2086,SC2154 # DAEMON_LAUNCH is a command line; bin, models: the caller's
   ${DAEMON_LAUNCH:-} "$bin/hypicd" --model builtin:small --model-cache-dir "$models" \
     --data-dir "$work/$name" --listen 127.0.0.1:0 --ready-file "$work/$name.ready" \
     --metrics off --request-timeout-ms 600000 "$@" > "$work/$name.log" 2>&1 &
