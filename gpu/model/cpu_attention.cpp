@@ -218,24 +218,26 @@ float ReduceSum(__m512 v) {
   return Reduce16(v, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
 }
 
-// exp(x) of 16 lanes, for x <= 0 (scores minus their max): FastExp's reduction with one
-// polynomial degree less, 2.4e-6 relative (the result is rounded to bf16, 2^-9, next). Below
-// -87.3 it gives ~1e-38, not 0.
-__m512 ExpNonPositive(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-87.3f), x);      // NaN passes through (second operand)
+// e^(s - m) of 16 lanes, for s <= m (scores minus their max), in base 2: x = (s - m) log2(e)
+// in one fma, x = n + r with n = round(x) and |r| <= 1/2, 2^r by its Taylor polynomial in
+// r ln 2 to degree 5 (2.4e-6 relative, as FastExp's; the result is rounded to bf16, 2^-9,
+// next) and 2^n applied by vscalefps, which also takes a very negative n to 0 (the true value
+// underflows there). `m_log2e` is m log2(e) rounded to float, so every value of one block
+// shares a factor within |m| 2^-24 of 1 (4e-6 at |m| = 64), below the polynomial's error.
+// 10 operations where the natural-log reduction with its two-part ln 2 and exponent-field
+// arithmetic took 14, and the softmax is most of the kernel's vector work. NaN propagates.
+__m512 ExpShifted(__m512 s, __m512 m_log2e) {
+  const __m512 x = _mm512_fmsub_ps(s, _mm512_set1_ps(1.44269504088896341f), m_log2e);
   const __m512 round = _mm512_set1_ps(12582912.0f);  // 1.5 * 2^23: adding it rounds
-  const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504f), round);
-  const __m512 n = _mm512_sub_ps(t, round);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 120.0f), r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  const __m512 n = _mm512_sub_ps(_mm512_add_ps(x, round), round);
+  const __m512 r = _mm512_sub_ps(x, n);
+  // c_k = ln(2)^k / k!
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.3333558146e-3f), r, _mm512_set1_ps(9.6181291076e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.5504108665e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.4022650696e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.9314718056e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512i bits =
-      _mm512_add_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(127 - 0x4B400000));
-  return _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(bits, 23)));
+  return _mm512_scalef_ps(p, n);
 }
 
 // SoftmaxStep for the bf16 kernel, in AVX-512, writing the block's probabilities rounded to
@@ -250,7 +252,7 @@ float SoftmaxStepBf16(const float* row, int64_t valid, float* max, float* sum, u
   }
   const float m = ReduceMax(vmax);
   const float rescale = FastExp(*max - m);
-  const __m512 shift = _mm512_set1_ps(m);
+  const __m512 m_log2e = _mm512_set1_ps(m * 1.44269504088896341f);
   __m512 vsum = _mm512_setzero_ps();
   auto step = [&](int64_t j, __m512 e) {
     vsum = _mm512_add_ps(vsum, e);
@@ -258,12 +260,10 @@ float SoftmaxStepBf16(const float* row, int64_t valid, float* max, float* sum, u
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j),
                         reinterpret_cast<const __m256i&>(packed));
   };
-  for (int64_t j = 0; j < full; j += 16) {
-    step(j, ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(row + j), shift)));
-  }
+  for (int64_t j = 0; j < full; j += 16) step(j, ExpShifted(_mm512_loadu_ps(row + j), m_log2e));
   if (full < valid) {
-    const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + full), shift);
-    step(full, _mm512_maskz_mov_ps(tail, ExpNonPositive(x)));
+    step(full,
+         _mm512_maskz_mov_ps(tail, ExpShifted(_mm512_maskz_loadu_ps(tail, row + full), m_log2e)));
   }
   *sum = *sum * rescale + ReduceSum(vsum);
   *max = m;
@@ -396,6 +396,10 @@ class ScopedTiles {
       cfg.bytes_per_row[t] = 64;
       cfg.rows[t] = 16;
     }
+    // GCC 12 treats ldtilecfg as reading less than its 64 bytes and drops the stores of the
+    // rows and widths when the constructor is inlined (the tiles then fault, SIGILL, on first
+    // use); the barrier makes every store of cfg happen first.
+    asm volatile("" : : "r"(&cfg) : "memory");
     _tile_loadconfig(&cfg);
   }
   [[gnu::target("amx-tile")]] ~ScopedTiles() { _tile_release(); }
@@ -476,28 +480,38 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
   const bool amx = UseAmx(hd);
   const int64_t group_rows = amx ? kAmxRows : kQkRows;  // query rows per scores-PV step
   const int64_t tiles = (rows + kQTile - 1) / kQTile;
-  cpu::ParallelFor(shape.heads * tiles, tiles, [&](int64_t i0, int64_t i1) {
+  // An item is one query tile of every head of one kv head: each key block is read from memory
+  // once for all of them and stays in cache while they use it (a (head, tile) item streamed the
+  // whole K/V prefix once per query head). Items go kv head by kv head, and within one the
+  // tiles pair first with last (0, T-1, 1, T-2, ...), so equal ranges of items cost about the
+  // same under the causal mask.
+  cpu::ParallelFor(shape.kv_heads * tiles, 2, [&](int64_t i0, int64_t i1) {
 #ifdef HYPIC_AMX_ATTENTION
     std::optional<ScopedTiles> tiles_held;
     if (amx) tiles_held.emplace();
 #endif
+    const auto per_head = [&](int64_t n) { return static_cast<size_t>(group * n); };
     std::vector<float> qrow(static_cast<size_t>(hd));
     std::vector<float> s(static_cast<size_t>(group_rows * kKBlock));
-    std::vector<float> o(static_cast<size_t>(kQTile * hd)), max(kQTile), sum(kQTile);
-    std::vector<uint16_t> q16(static_cast<size_t>(kQTile * hd));
+    std::vector<float> o(per_head(kQTile * hd)), max(per_head(kQTile)), sum(per_head(kQTile));
+    std::vector<uint16_t> q16(per_head(kQTile * hd));
     std::vector<uint16_t> p16(static_cast<size_t>(group_rows * kKBlock));
     const auto* qp = reinterpret_cast<const Bf16PairAlias*>(q16.data());
     const auto* pp = reinterpret_cast<const Bf16PairAlias*>(p16.data());
     for (int64_t item = i0; item < i1; ++item) {
-      const int64_t h = item / tiles, r0 = (item % tiles) * kQTile, g = h / group;
-      const int64_t tile = std::min(kQTile, rows - r0);
+      const int64_t g = item / tiles, zig = item % tiles;
+      const int64_t t = zig % 2 == 0 ? zig / 2 : tiles - 1 - zig / 2;
+      const int64_t r0 = t * kQTile, tile = std::min(kQTile, rows - r0);
       const int64_t rows_pad = (tile + group_rows - 1) / group_rows * group_rows;
-      for (int64_t i = 0; i < tile; ++i) {
-        const float* src = q + (r0 + i) * ldq + h * hd;
-        for (int64_t d = 0; d < hd; ++d) qrow[static_cast<size_t>(d)] = src[d] * scale;
-        cpu::ConvertRowsToBf16(qrow.data(), hd, 1, hd, q16.data() + i * hd, hd);
+      for (int64_t hi = 0; hi < group; ++hi) {
+        uint16_t* qh = q16.data() + hi * kQTile * hd;
+        for (int64_t i = 0; i < tile; ++i) {
+          const float* src = q + (r0 + i) * ldq + (g * group + hi) * hd;
+          for (int64_t d = 0; d < hd; ++d) qrow[static_cast<size_t>(d)] = src[d] * scale;
+          cpu::ConvertRowsToBf16(qrow.data(), hd, 1, hd, qh + i * hd, hd);
+        }
+        std::fill(qh + tile * hd, qh + kQTile * hd, uint16_t{0});
       }
-      std::fill(q16.begin() + tile * hd, q16.end(), uint16_t{0});
       std::fill(o.begin(), o.end(), 0.0f);
       std::fill(max.begin(), max.end(), -std::numeric_limits<float>::infinity());
       std::fill(sum.begin(), sum.end(), 0.0f);
@@ -509,44 +523,52 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
         const int64_t nb = std::min(kKBlock, keys - b0);
         while (positions[static_cast<size_t>(r0 + first)] < b0) ++first;
         const int64_t rb = first / group_rows * group_rows;
-        // Per group of rows: scores, softmax step, PV, while the group's scores and
-        // probabilities are in L1 (the block's K and V are read once per group).
-        for (int64_t r = rb; r < rows_pad; r += group_rows) {
+        // Per head and group of rows: scores, softmax step, PV, while the group's scores and
+        // probabilities are in L1.
+        for (int64_t hi = 0; hi < group; ++hi) {
+          const int64_t row0 = hi * kQTile;  // the head's rows in q16, o, max and sum
+          for (int64_t r = rb; r < rows_pad; r += group_rows) {
 #ifdef HYPIC_AMX_ATTENTION
-          if (amx) {
-            const int64_t groups = (nb + 2 * kKeyGroup - 1) / (2 * kKeyGroup) * 2;
-            QkAmx(q16.data() + r * hd, hd, kh + b0 * pairs, groups, s.data(), kKBlock);
-          }
-#endif
-          for (int64_t j = 0; !amx && j < nb; j += 2 * kKeyGroup) {
-            QkTile(qp + r * pairs, pairs, kh + (b0 + j) * pairs, s.data() + j, kKBlock);
-          }
-          for (int64_t i = 0; i < group_rows; ++i) {
-            uint16_t* prow = p16.data() + i * kKBlock;
-            const int64_t valid = r + i < tile ? ValidKeys(positions, r0 + r + i, b0, nb) : 0;
-            if (valid > 0) {
-              const float rescale =
-                  SoftmaxStepBf16(s.data() + i * kKBlock, valid, &max[r + i], &sum[r + i], prow);
-              float* oi = o.data() + (r + i) * hd;
-              for (int64_t d = 0; d < hd; ++d) oi[d] *= rescale;
+            if (amx) {
+              const int64_t groups = (nb + 2 * kKeyGroup - 1) / (2 * kKeyGroup) * 2;
+              QkAmx(q16.data() + (row0 + r) * hd, hd, kh + b0 * pairs, groups, s.data(), kKBlock);
             }
-            const int64_t written = (valid + 15) / 16 * 16;
-            std::fill(prow + written, prow + kKBlock, uint16_t{0});
-          }
-#ifdef HYPIC_AMX_ATTENTION
-          if (amx) {
-            const int64_t block_pairs = (nb + 31) / 32 * 16;
-            PvAmx(p16.data(), kKBlock, vh + b0 / 2 * hd, hd, block_pairs, o.data() + r * hd);
-            continue;
-          }
 #endif
-          PvRows(pp, kKBlock / 2, vh + b0 / 2 * hd, hd, (nb + 1) / 2, kQkRows, o.data() + r * hd);
+            for (int64_t j = 0; !amx && j < nb; j += 2 * kKeyGroup) {
+              QkTile(qp + (row0 + r) * pairs, pairs, kh + (b0 + j) * pairs, s.data() + j, kKBlock);
+            }
+            for (int64_t i = 0; i < group_rows; ++i) {
+              uint16_t* prow = p16.data() + i * kKBlock;
+              const int64_t valid = r + i < tile ? ValidKeys(positions, r0 + r + i, b0, nb) : 0;
+              if (valid > 0) {
+                const int64_t ri = row0 + r + i;
+                const float rescale =
+                    SoftmaxStepBf16(s.data() + i * kKBlock, valid, &max[ri], &sum[ri], prow);
+                float* oi = o.data() + ri * hd;
+                for (int64_t d = 0; d < hd; ++d) oi[d] *= rescale;
+              }
+              const int64_t written = (valid + 15) / 16 * 16;
+              std::fill(prow + written, prow + kKBlock, uint16_t{0});
+            }
+            float* og = o.data() + (row0 + r) * hd;
+#ifdef HYPIC_AMX_ATTENTION
+            if (amx) {
+              const int64_t block_pairs = (nb + 31) / 32 * 16;
+              PvAmx(p16.data(), kKBlock, vh + b0 / 2 * hd, hd, block_pairs, og);
+              continue;
+            }
+#endif
+            PvRows(pp, kKBlock / 2, vh + b0 / 2 * hd, hd, (nb + 1) / 2, kQkRows, og);
+          }
         }
       }
-      for (int64_t i = 0; i < tile; ++i) {
-        const float inv = 1.0f / sum[i];
-        float* dst = out + (r0 + i) * ldq + h * hd;
-        for (int64_t d = 0; d < hd; ++d) dst[d] = o[static_cast<size_t>(i * hd + d)] * inv;
+      for (int64_t hi = 0; hi < group; ++hi) {
+        for (int64_t i = 0; i < tile; ++i) {
+          const int64_t ri = hi * kQTile + i;
+          const float inv = 1.0f / sum[static_cast<size_t>(ri)];
+          float* dst = out + (r0 + i) * ldq + (g * group + hi) * hd;
+          for (int64_t d = 0; d < hd; ++d) dst[d] = o[static_cast<size_t>(ri * hd + d)] * inv;
+        }
       }
     }
   });
