@@ -3,7 +3,8 @@
 //   - per mode (full, naive, hypic, oracle): median TTFT of the compose (entries are prefilled
 //     first, untimed), speedup against full, KL(full || mode), top-1 agreement and max |dlogit|
 //     of the last token;
-//   - SegmentPrefill with and without building (T, S(C|0)) -> the T overhead in percent;
+//   - SegmentPrefill with and without building (T, S(C|0)), run in turns -> the T overhead in
+//     percent (the median of the per-pair ratios);
 //   - entry bytes per segment;
 //   - full-prefill tokens/s and GFLOP/s against the fp32 and bf16 GEMM peaks measured in the
 //     same run (gemm_peak.h);
@@ -276,17 +277,27 @@ int Run(const Options& opt) {
     results.push_back(r);
   }
 
-  // T overhead: SegmentPrefill (with T and S(C|0)) against a plain prefill of the same tokens.
+  // T overhead: SegmentPrefill (with T and S(C|0)) against a plain prefill of the same tokens,
+  // run in turns (RunInTurns, at least 9 pairs per segment) so that both see the same machine:
+  // the median of the per-pair ratios. `plain` and `with_t` sum the per-segment medians.
   const int t_segs = std::min(opt.t_segments, opt.segments);
   Timing plain, with_t;
+  std::vector<Timing> plain_runs, with_t_runs;
   for (int i = 0; i < t_segs; ++i) {
     const auto& seg = prompt[static_cast<size_t>(i)].tokens;
-    plain +=
-        Median(opt.reps, [&] { (void)m.FullPrefill(seg, {.want_state = false, .device = dev}); });
-    with_t += Median(opt.reps, [&] { (void)m.SegmentPrefill(seg, seg_opts); });
+    std::vector<Timing> p, t;
+    RunInTurns(
+        std::max(opt.reps, 9), CpuClock::kProcess,
+        [&] { (void)m.FullPrefill(seg, {.want_state = false, .device = dev}); },
+        [&] { (void)m.SegmentPrefill(seg, seg_opts); }, &p, &t);
+    plain += MedianOfRuns(p);
+    with_t += MedianOfRuns(t);
+    plain_runs.insert(plain_runs.end(), p.begin(), p.end());
+    with_t_runs.insert(with_t_runs.end(), t.begin(), t.end());
   }
-  const double t_overhead_cpu = 100.0 * (with_t.cpu - plain.cpu) / plain.cpu;
-  const double t_overhead_wall = 100.0 * (with_t.wall - plain.wall) / plain.wall;
+  const Timing t_overhead = PairedOverheadPct(plain_runs, with_t_runs);
+  const double t_overhead_cpu = t_overhead.cpu;
+  const double t_overhead_wall = t_overhead.wall;
   // Entry precision: per --entry-dtype, entries prefilled in that precision and composed
   // (hypic), against full and against the compose from f32 entries.
   std::vector<PrecisionResult> precision;

@@ -53,4 +53,50 @@ Timing MedianTiming(int reps, CpuClock clock, Fn&& fn) {
   return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
 }
 
+// Runs `a` and `b` in turns, `pairs` times, appending each run's timing to `a_runs` and
+// `b_runs`. Pair i's two runs see nearly the same machine, so the ratio b_runs[i] / a_runs[i]
+// is not biased by a drift of the machine's speed (other jobs, frequency), as two separate
+// series of runs would be; take the median of the per-pair ratios (PairedOverheadPct).
+template <typename FnA, typename FnB>
+void RunInTurns(int pairs, CpuClock clock, FnA&& a, FnB&& b, std::vector<Timing>* a_runs,
+                std::vector<Timing>* b_runs) {
+  auto time = [clock](auto& fn) {
+    const auto start = std::chrono::steady_clock::now();
+    const double c = CpuSeconds(clock);
+    fn();
+    return Timing{SecondsSince(start), CpuSeconds(clock) - c};
+  };
+  for (int i = 0; i < pairs; ++i) {
+    a_runs->push_back(time(a));
+    b_runs->push_back(time(b));
+  }
+}
+
+// The median of `v` (REQUIRES: not empty).
+inline double MedianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The median over pairs of 100 (b - a) / a, wall and CPU, for runs made by RunInTurns.
+inline Timing PairedOverheadPct(const std::vector<Timing>& a_runs,
+                                const std::vector<Timing>& b_runs) {
+  std::vector<double> wall, cpu;
+  for (size_t i = 0; i < a_runs.size() && i < b_runs.size(); ++i) {
+    wall.push_back(100.0 * (b_runs[i].wall - a_runs[i].wall) / a_runs[i].wall);
+    cpu.push_back(100.0 * (b_runs[i].cpu - a_runs[i].cpu) / a_runs[i].cpu);
+  }
+  return {MedianOf(std::move(wall)), MedianOf(std::move(cpu))};
+}
+
+// The medians of wall and CPU over `runs` (REQUIRES: not empty).
+inline Timing MedianOfRuns(const std::vector<Timing>& runs) {
+  std::vector<double> wall, cpu;
+  for (const Timing& t : runs) {
+    wall.push_back(t.wall);
+    cpu.push_back(t.cpu);
+  }
+  return {MedianOf(std::move(wall)), MedianOf(std::move(cpu))};
+}
+
 }  // namespace hypic::tools
