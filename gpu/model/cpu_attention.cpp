@@ -240,42 +240,56 @@ __m512 ExpShifted(__m512 s, __m512 m_log2e) {
   return _mm512_scalef_ps(p, n);
 }
 
-// SoftmaxStep for the bf16 kernel, in AVX-512, writing the block's probabilities rounded to
-// bf16 into p[0, valid) (its lanes up to the next multiple of 16 get zeros).
-float SoftmaxStepBf16(const float* row, int64_t valid, float* max, float* sum, uint16_t* p) {
-  const int64_t full = valid / 16 * 16;
-  const __mmask16 tail = _cvtu32_mask16((1u << (valid - full)) - 1);
-  __m512 vmax = _mm512_set1_ps(*max);
-  for (int64_t j = 0; j < full; j += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(row + j));
-  if (full < valid) {
-    vmax = _mm512_mask_max_ps(vmax, tail, vmax, _mm512_maskz_loadu_ps(tail, row + full));
-  }
-  const float m = ReduceMax(vmax);
-  const float rescale = FastExp(*max - m);
-  const __m512 m_log2e = _mm512_set1_ps(m * 1.44269504088896341f);
-  __m512 vsum = _mm512_setzero_ps();
-  auto step = [&](int64_t j, __m512 e) {
-    vsum = _mm512_add_ps(vsum, e);
-    const __m256bh packed = _mm512_cvtneps_pbh(e);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j),
-                        reinterpret_cast<const __m256i&>(packed));
-  };
-  for (int64_t j = 0; j < full; j += 16) step(j, ExpShifted(_mm512_loadu_ps(row + j), m_log2e));
-  if (full < valid) {
-    step(full,
-         _mm512_maskz_mov_ps(tail, ExpShifted(_mm512_maskz_loadu_ps(tail, row + full), m_log2e)));
-  }
-  *sum = *sum * rescale + ReduceSum(vsum);
-  *max = m;
-  return rescale;
-}
-
 // Calls f(std::integral_constant<int, 0>{}) ... f(<N - 1>) in order: the micro-kernels' loops
 // over accumulators, unrolled in the source so their arrays live in registers.
 template <int N, class F>
 [[gnu::always_inline]] inline void Unroll(F&& f) {
   [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }
   (std::make_integer_sequence<int, N>{});
+}
+
+// SoftmaxStep for the bf16 kernel, in AVX-512, writing the block's probabilities rounded to
+// bf16 into p[0, valid) (its lanes up to the next multiple of 16 get zeros).
+float SoftmaxStepBf16(const float* row, int64_t valid, float* max, float* sum, uint16_t* p) {
+  const int64_t full = valid / 16 * 16;
+  const __mmask16 tail = _cvtu32_mask16((1u << (valid - full)) - 1);
+  // Four independent max and two sum chains, so the passes run at the load and exp
+  // throughput instead of one max or add latency per 16 scores.
+  __m512 vmax[4] = {_mm512_set1_ps(*max), _mm512_set1_ps(*max), _mm512_set1_ps(*max),
+                    _mm512_set1_ps(*max)};
+  int64_t j = 0;
+  for (; j + 64 <= full; j += 64) {
+    Unroll<4>([&](auto a) { vmax[a] = _mm512_max_ps(vmax[a], _mm512_loadu_ps(row + j + 16 * a)); });
+  }
+  for (; j < full; j += 16) vmax[0] = _mm512_max_ps(vmax[0], _mm512_loadu_ps(row + j));
+  if (full < valid) {
+    vmax[1] = _mm512_mask_max_ps(vmax[1], tail, vmax[1], _mm512_maskz_loadu_ps(tail, row + full));
+  }
+  const float m =
+      ReduceMax(_mm512_max_ps(_mm512_max_ps(vmax[0], vmax[1]), _mm512_max_ps(vmax[2], vmax[3])));
+  const float rescale = FastExp(*max - m);
+  const __m512 m_log2e = _mm512_set1_ps(m * 1.44269504088896341f);
+  __m512 vsum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  auto step = [&](int64_t at, __m512 e, int a) {
+    vsum[a] = _mm512_add_ps(vsum[a], e);
+    const __m256bh packed = _mm512_cvtneps_pbh(e);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + at),
+                        reinterpret_cast<const __m256i&>(packed));
+  };
+  j = 0;
+  for (; j + 32 <= full; j += 32) {
+    step(j, ExpShifted(_mm512_loadu_ps(row + j), m_log2e), 0);
+    step(j + 16, ExpShifted(_mm512_loadu_ps(row + j + 16), m_log2e), 1);
+  }
+  for (; j < full; j += 16) step(j, ExpShifted(_mm512_loadu_ps(row + j), m_log2e), 0);
+  if (full < valid) {
+    step(full,
+         _mm512_maskz_mov_ps(tail, ExpShifted(_mm512_maskz_loadu_ps(tail, row + full), m_log2e)),
+         1);
+  }
+  *sum = *sum * rescale + ReduceSum(_mm512_add_ps(vsum[0], vsum[1]));
+  *max = m;
+  return rescale;
 }
 
 // s[r][j] = q_r . k_j for kQkRows rows of qp (pairs per row) and the 32 keys of the two key
@@ -408,10 +422,50 @@ class ScopedTiles {
 };
 
 // s[16 rows][16 * groups keys] = Q K^T for the group's 16 bf16 Q rows (q16, row stride hd) and
-// `groups` (even) packed 16-key groups at kp, over hd / 32 chunks. Tiles: 0, 1 the scores of
-// two key groups, 2, 3 their K chunks, 4 the Q chunk.
-[[gnu::target("amx-tile,amx-bf16")]] void QkAmx(const uint16_t* q16, int64_t hd, const uint32_t* kp,
+// `groups` (even) packed 16-key groups at kp, for hd = 32 kChunks (64 or 128). The Q row
+// chunks of 32 dimensions stay in tiles 4-7 across every key group (loading Q again for every
+// pair of key groups cost 8% of the kernel at 16k rows); tiles 0, 1 hold the scores of two key
+// groups and 2, 3 their K chunks.
+template <int kChunks>
+[[gnu::target("amx-tile,amx-bf16")]] void QkAmx(const uint16_t* q16, const uint32_t* kp,
                                                 int64_t groups, float* s, int64_t lds) {
+  constexpr int64_t hd = 32 * kChunks, group_pairs = hd / 2 * kKeyGroup;
+  _tile_loadd(4, q16, hd * 2);
+  if constexpr (kChunks > 1) _tile_loadd(5, q16 + 32, hd * 2);
+  if constexpr (kChunks > 2) _tile_loadd(6, q16 + 64, hd * 2);
+  if constexpr (kChunks > 3) _tile_loadd(7, q16 + 96, hd * 2);
+  for (int64_t g = 0; g < groups; g += 2) {
+    const uint32_t* k0 = kp + g * group_pairs;
+    const uint32_t* k1 = k0 + group_pairs;
+    _tile_zero(0);
+    _tile_zero(1);
+    // The tile numbers are immediates, so the chunk loop is written out.
+#define HYPIC_QK_CHUNK(c, q)                   \
+  _tile_loadd(2, k0 + 16 * (c)*kKeyGroup, 64); \
+  _tile_loadd(3, k1 + 16 * (c)*kKeyGroup, 64); \
+  _tile_dpbf16ps(0, q, 2);                     \
+  _tile_dpbf16ps(1, q, 3)
+    HYPIC_QK_CHUNK(0, 4);
+    if constexpr (kChunks > 1) {
+      HYPIC_QK_CHUNK(1, 5);
+    }
+    if constexpr (kChunks > 2) {
+      HYPIC_QK_CHUNK(2, 6);
+    }
+    if constexpr (kChunks > 3) {
+      HYPIC_QK_CHUNK(3, 7);
+    }
+#undef HYPIC_QK_CHUNK
+    _tile_stored(0, s + g * kKeyGroup, lds * 4);
+    _tile_stored(1, s + (g + 1) * kKeyGroup, lds * 4);
+  }
+}
+
+// QkAmx for a head_dim over 128, whose Q chunks do not fit the tiles beside the scores and K:
+// the Q chunk is loaded again for every pair of key groups (tile 4).
+[[gnu::target("amx-tile,amx-bf16")]] void QkAmxStreamQ(const uint16_t* q16, int64_t hd,
+                                                       const uint32_t* kp, int64_t groups, float* s,
+                                                       int64_t lds) {
   const int64_t pairs = hd / 2, group_pairs = pairs * kKeyGroup;
   for (int64_t g = 0; g < groups; g += 2) {
     const uint32_t* k0 = kp + g * group_pairs;
@@ -531,7 +585,15 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
 #ifdef HYPIC_AMX_ATTENTION
             if (amx) {
               const int64_t groups = (nb + 2 * kKeyGroup - 1) / (2 * kKeyGroup) * 2;
-              QkAmx(q16.data() + (row0 + r) * hd, hd, kh + b0 * pairs, groups, s.data(), kKBlock);
+              const uint16_t* qg = q16.data() + (row0 + r) * hd;
+              const uint32_t* kb = kh + b0 * pairs;
+              if (hd == 64) {
+                QkAmx<2>(qg, kb, groups, s.data(), kKBlock);
+              } else if (hd == 128) {
+                QkAmx<4>(qg, kb, groups, s.data(), kKBlock);
+              } else {
+                QkAmxStreamQ(qg, hd, kb, groups, s.data(), kKBlock);
+              }
             }
 #endif
             for (int64_t j = 0; !amx && j < nb; j += 2 * kKeyGroup) {
@@ -544,8 +606,11 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
                 const int64_t ri = row0 + r + i;
                 const float rescale =
                     SoftmaxStepBf16(s.data() + i * kKBlock, valid, &max[ri], &sum[ri], prow);
-                float* oi = o.data() + ri * hd;
-                for (int64_t d = 0; d < hd; ++d) oi[d] *= rescale;
+                // Where the max did not move the rescale is exactly 1 (FastExp(0)).
+                if (rescale != 1.0f) {
+                  float* oi = o.data() + ri * hd;
+                  for (int64_t d = 0; d < hd; ++d) oi[d] *= rescale;
+                }
               }
               const int64_t written = (valid + 15) / 16 * 16;
               std::fill(prow + written, prow + kKBlock, uint16_t{0});

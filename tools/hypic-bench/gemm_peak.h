@@ -1,9 +1,13 @@
 // The GEMM peaks a benchmark quotes its efficiency against: fp32 and bf16 -> fp32 products at
 // 2048^3, measured in the same run with the best GEMM on the machine (oneDNN through
 // gpu/cpu/gemm.h, which the runtime uses too) at the calling thread's compute budget, plus
-// the kernels oneDNN chose. Header-only; thread-compatible.
+// the kernels oneDNN chose. The bf16 peak is the faster of a plain-layout B and a B packed in
+// oneDNN's blocked layout (cpu::PackedBf16Weight, as the model's weights are held): the packed
+// one skips oneDNN's per-call copy of B, 10-13% faster on an AMX Xeon (2026-12-02).
+// Header-only; thread-compatible.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,10 +47,14 @@ inline GemmPeaks MeasureGemmPeaks(int reps = 3) {
     cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
               c.data(), n);
   });
-  p.bf16 = rate([&] {
+  const Timing plain = rate([&] {
     cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f,
               c.data(), n);
   });
+  const cpu::PackedBf16Weight packed_b(b16.data(), n, n);
+  const Timing packed =
+      rate([&] { cpu::Gemm(n, 1.0f, a16.data(), n, packed_b, 0.0f, c.data(), n); });
+  p.bf16 = {std::max(plain.wall, packed.wall), std::max(plain.cpu, packed.cpu)};
   p.kernels = cpu::GemmSummary();
   return p;
 }
