@@ -76,6 +76,10 @@ class Backend {
   virtual Status CopyFromBuffer(void* dst, const Buffer& src, size_t src_offset, size_t bytes,
                                 Stream& stream) = 0;
 
+  // OK while `device` still takes work; kDeviceError once it is lost (CUDA: a sticky error,
+  // which every later call on the device's context returns). A worker asks after a failed job
+  // and leaves the pool on an error. The CPU is never lost.
+  virtual Status CheckDevice(int /*device*/) { return Status::Ok(); }
   // y[i] = alpha * x[i] + y[i] over `n` f32 elements in buffers of this backend: the smallest
   // real kernel, used by the conformance test to prove the device path end to end.
   virtual Status Axpy(float alpha, const Buffer& x, Buffer& y, size_t n, Stream& stream) = 0;

@@ -19,6 +19,7 @@
 
 #include "gpu/backend.h"
 #include "gpu/model/checkpoint.h"
+#include "gpu/runtime/device_selection.h"
 #include "protocol/session.h"
 #include "storage/redis_manifest.h"
 #include "storage/redis_tier.h"
@@ -263,6 +264,20 @@ std::vector<ConfigKey> BuildKeys() {
                         &ServerConfig::io_threads, 0));
   keys.push_back(U32Key("compute_workers", "threads running PREFILL and COMPOSE",
                         &ServerConfig::compute_workers, 1));
+  keys.push_back(ParsedKey<std::string>(
+      "devices",
+      "where missed segments are prefilled: auto (every visible CUDA device, else the CPU), "
+      "cpu, cuda (every visible device, an error without one) or cuda:N[,M...]",
+      &ServerConfig::devices,
+      [](std::string_view v) -> Result<std::string> {
+        HYPIC_ASSIGN_OR_RETURN(runtime::DeviceSelection d, runtime::DeviceSelection::Parse(v));
+        return d.ToString();
+      },
+      [](const std::string& v) { return v; }, "auto"));
+  keys.push_back(U32Key("cpu_workers_with_gpu",
+                        "CPU prefill workers beside the CUDA workers when devices resolve to "
+                        "GPUs (their cost model is calibrated apart); 0 = none",
+                        &ServerConfig::cpu_workers_with_gpu, 0));
   keys.push_back(
       U32Key("prefill_workers",
              "CPU workers prefilling missed segments in parallel (LPT); 0 = one per core",

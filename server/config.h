@@ -128,8 +128,12 @@ struct ServerConfig {
   // Threads and queues.
   uint32_t io_threads = 0;       // 0 = hardware concurrency
   uint32_t compute_workers = 1;  // threads running PREFILL / COMPOSE requests (the combine)
-  uint32_t prefill_workers = 0;  // CPU workers prefilling misses in parallel; 0 = one per core
-  uint32_t compute_queue = 64;   // queued compute requests beyond which BUSY is answered
+  // Where misses are prefilled: auto|cpu|cuda|cuda:N,M (runtime::DeviceSelection, stored in
+  // its canonical text). Each CUDA device is one prefill worker.
+  std::string devices = "auto";
+  uint32_t prefill_workers = 0;       // CPU workers prefilling misses in parallel; 0 = one per core
+  uint32_t cpu_workers_with_gpu = 0;  // CPU prefill workers beside the GPUs (0 = none)
+  uint32_t compute_queue = 64;        // queued compute requests beyond which BUSY is answered
 
   // Limits.
   uint32_t max_connections = 1024;

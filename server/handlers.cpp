@@ -60,7 +60,7 @@ Status CheckDeadline(const Request& req) {
 Handlers::Handlers(const ServerConfig& config, Metrics& metrics, ComputeQueue& compute,
                    ServerControl control, storage::TierManager& store,
                    std::shared_ptr<const model::Model> model, runtime::MissScheduler* scheduler,
-                   model::PrefixCache* prefix_cache)
+                   model::PrefixCache* prefix_cache, model::ComputeDevice combine_device)
     : config_(config),
       metrics_(metrics),
       compute_(compute),
@@ -69,6 +69,7 @@ Handlers::Handlers(const ServerConfig& config, Metrics& metrics, ComputeQueue& c
       model_(std::move(model)),
       scheduler_(scheduler),
       prefix_cache_(prefix_cache),
+      combine_device_(combine_device),
       started_(Clock::now()) {}
 
 Handlers::~Handlers() = default;
@@ -534,6 +535,7 @@ model::SegmentOptions Handlers::SegmentOptionsOf(const std::string& name_space,
   options.seam_w = seam_w;
   options.name_space = name_space;
   options.entry_dtypes = config_.entry_dtype;
+  options.device = combine_device_;
   return options;
 }
 
@@ -793,6 +795,7 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
   options.mode = mode;
   options.seam_w = seam;
   options.want_state = in.return_state;
+  options.device = combine_device_;
   // State first: each layer leaves as the pass completes it, so the state is not kept.
   std::optional<StateStreamer> streamer;
   if (state_first) {

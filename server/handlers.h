@@ -63,11 +63,13 @@ class Handlers {
 
   // `model` and `scheduler` are null together (no compute); `prefix_cache` is null without a
   // model or when the prefix mode is disabled. The store, the scheduler and the prefix cache
-  // must outlive the handlers.
+  // must outlive the handlers. `combine_device`: where the request threads' own passes run
+  // (COMPOSE's combine, PREFILL): the first CUDA worker's device when the daemon computes on
+  // GPUs, else the CPU.
   Handlers(const ServerConfig& config, Metrics& metrics, ComputeQueue& compute,
            ServerControl control, storage::TierManager& store,
            std::shared_ptr<const model::Model> model, runtime::MissScheduler* scheduler,
-           model::PrefixCache* prefix_cache);
+           model::PrefixCache* prefix_cache, model::ComputeDevice combine_device = {});
   ~Handlers();
 
   // The server's part of every HELLO reply (version string, features, model, limits); the
@@ -154,6 +156,7 @@ class Handlers {
   const std::shared_ptr<const model::Model> model_;
   runtime::MissScheduler* const scheduler_;
   model::PrefixCache* const prefix_cache_;
+  const model::ComputeDevice combine_device_;
   const Clock::time_point started_;
 
   // GET replies' body checksums: entries are immutable, so the checksum of (bytes, tier byte,

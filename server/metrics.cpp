@@ -139,12 +139,23 @@ std::vector<RowSpec<PeerSample>> PeerSpecs() {
   };
 }
 
+std::vector<RowSpec<WorkerSample>> WorkerSpecs() {
+  return {
+      {"hypic_worker_healthy", "0 once the worker's device is lost (its jobs run elsewhere)", false,
+       &WorkerSample::healthy},
+      {"hypic_worker_device_errors_total", "Jobs of the worker that ended in a device error", true,
+       &WorkerSample::device_errors},
+  };
+}
+
 }  // namespace
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       tiers_(std::make_shared<RowCollector<TierSample>>("tier", &TierSample::tier, TierSpecs())),
-      peers_(std::make_shared<RowCollector<PeerSample>>("peer", &PeerSample::peer, PeerSpecs())) {
+      peers_(std::make_shared<RowCollector<PeerSample>>("peer", &PeerSample::peer, PeerSpecs())),
+      workers_(std::make_shared<RowCollector<WorkerSample>>("worker", &WorkerSample::worker,
+                                                            WorkerSpecs())) {
   requests_ = &prometheus::BuildCounter()
                    .Name("hypic_requests_total")
                    .Help("Requests answered, by opcode and status")
@@ -222,6 +233,7 @@ Result<uint16_t> Metrics::Serve(const Endpoint& endpoint, std::function<MetricsH
 
 void Metrics::SetTierSampler(TierSampler sampler) { tiers_->Set(std::move(sampler)); }
 void Metrics::SetPeerSampler(PeerSampler sampler) { peers_->Set(std::move(sampler)); }
+void Metrics::SetWorkerSampler(WorkerSampler sampler) { workers_->Set(std::move(sampler)); }
 
 void Metrics::ObserveRequest(protocol::Opcode op, StatusCode status, double seconds) {
   auto op_index = static_cast<size_t>(op) % kOpcodes;
@@ -269,7 +281,7 @@ void Metrics::AddNetworkBytes(uint64_t in, uint64_t out) {
 
 std::string Metrics::Render() const {
   auto families = registry_->Collect();
-  for (auto&& more : {tiers_->Collect(), peers_->Collect()}) {
+  for (auto&& more : {tiers_->Collect(), peers_->Collect(), workers_->Collect()}) {
     families.insert(families.end(), more.begin(), more.end());
   }
   std::ostringstream out;

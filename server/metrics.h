@@ -22,6 +22,8 @@
 //   hypic_peer_failures_total{peer} and, by kind, hypic_peer_{timeouts,errors,bad_entries,
 //   refusals}_total{peer}, hypic_peer_received_bytes_total{peer},
 //   hypic_peer_tokens_per_second{peer} (the speed estimate): read from the peers at scrape time
+//   hypic_worker_healthy{worker} (0 once its device is lost), hypic_worker_device_errors_total
+//   {worker} (jobs that ended in a CUDA error): the local prefill workers, e.g. "cuda:0"
 //
 // The hot-path methods are lock-free after the first use of a label set (each series is
 // created once and cached). Thread-safe. The HTTP endpoint (metrics_http.h) is owned here and
@@ -95,6 +97,14 @@ struct PeerSample {
 };
 using PeerSampler = std::function<std::vector<PeerSample>()>;
 
+// One local prefill worker's health (runtime::Worker).
+struct WorkerSample {
+  std::string worker;  // "cpu:0", "cuda:1"
+  uint64_t healthy = 1;
+  uint64_t device_errors = 0;
+};
+using WorkerSampler = std::function<std::vector<WorkerSample>()>;
+
 class Metrics {
  public:
   Metrics();
@@ -112,6 +122,8 @@ class Metrics {
   void SetTierSampler(TierSampler sampler);
   // The peers' counters, read at every scrape. Same rules as SetTierSampler.
   void SetPeerSampler(PeerSampler sampler);
+  // The local workers' health, read at every scrape. Same rules as SetTierSampler.
+  void SetWorkerSampler(WorkerSampler sampler);
 
   void ObserveRequest(protocol::Opcode op, StatusCode status, double seconds);
   void ObserveTtft(double seconds);
@@ -137,6 +149,7 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<RowCollector<TierSample>> tiers_;
   std::shared_ptr<RowCollector<PeerSample>> peers_;
+  std::shared_ptr<RowCollector<WorkerSample>> workers_;
   std::unique_ptr<MetricsHttpEndpoint> http_;  // declared last among owners: stops first
 
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;

@@ -20,6 +20,8 @@
 #include "gpu/cpu/compute_threads.h"
 #include "gpu/cpu/gemm.h"
 #include "gpu/model/cpu_attention.h"
+#include "gpu/model/cuda_forward.h"
+#include "gpu/runtime/device_selection.h"
 #include "gpu/runtime/model_jobs.h"
 #include "server/session.h"
 #include "storage/entry_format.h"
@@ -181,9 +183,34 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
                    model::AttentionKernelName(s->model_->config().head_dim,
                                               s->model_->weights_dtype() == DType::kBF16),
                    s->model_->config().head_dim);
+    // Devices: each resolved CUDA device is a prefill worker and the first one runs the
+    // request threads' passes; without one (devices = cpu, or auto on a machine or build
+    // without CUDA) the pool is CPU workers, exactly the CPU-only daemon.
+    HYPIC_ASSIGN_OR_RETURN(runtime::DeviceSelection selection,
+                           runtime::DeviceSelection::Parse(c.devices));
+    const int visible = cuda != nullptr && model::CudaModelKernelsBuilt() ? cuda->DeviceCount() : 0;
+    auto gpus = runtime::ResolveCudaDevices(selection, visible);
+    if (!gpus.ok()) return gpus.status().WithContext("config key 'devices'");
     runtime::PoolOptions po;
-    po.kind = gpu::BackendKind::kCpu;
-    po.cpu_workers = static_cast<int>(c.prefill_workers);
+    if (gpus->empty()) {
+      po.kind = gpu::BackendKind::kCpu;
+      po.cpu_workers = static_cast<int>(c.prefill_workers);
+      HYPIC_LOG_INFO("devices: cpu ({}; {} CUDA device(s) usable)", c.devices, visible);
+    } else {
+      po.kind = gpu::BackendKind::kCuda;
+      po.cuda_devices = *gpus;
+      po.cpu_workers = static_cast<int>(c.cpu_workers_with_gpu);
+      s->combine_device_ = {gpu::BackendKind::kCuda, gpus->front()};
+      for (int d : *gpus) {
+        auto info = cuda->QueryDevice(d);
+        HYPIC_LOG_INFO("devices: cuda:{} {} ({:.1f} GiB, sm_{}{}){}", d,
+                       info.ok() ? info->name : "?",
+                       info.ok() ? info->total_memory / 1073741824.0 : 0.0,
+                       info.ok() ? info->compute_major : 0, info.ok() ? info->compute_minor : 0,
+                       d == gpus->front() ? ", combine" : "");
+      }
+      HYPIC_LOG_INFO("devices: {} CPU prefill worker(s) beside the GPUs", po.cpu_workers);
+    }
     std::vector<PeerOptions> peer_options;
     for (const PeerConfig& pc : c.peers) {
       PeerOptions o;
@@ -204,16 +231,19 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
                      peer->options().concurrency, peer->options().weight);
     }
     auto pool = runtime::WorkerPool::Create(po, std::move(peer_workers));
-    if (!pool.ok()) return pool.status().WithContext("config key 'prefill_workers'");
+    if (!pool.ok()) return pool.status().WithContext("config keys 'devices', 'prefill_workers'");
     s->pool_ = std::move(pool).value();
     // Every pass in the daemon (warm COMPOSE, prefix mode, PREFILL) gets one worker's share of
     // the cores: more threads than that made a compose 2.3x slower while the workers ran
     // (docs/benchmarks.md, issue 7).
     if (s->pool_->cpu_budget() > 0) cpu::SetComputeThreads(s->pool_->cpu_budget());
     s->transport_ = std::make_unique<runtime::HostTransport>();
-    // The prior assumes 50 GFLOP/s per worker; measured prefills refine it.
-    s->cost_ = std::make_unique<runtime::CostModel>(
-        runtime::CostModel::PriorFromShape(runtime::CostShapeOf(s->model_->config()), 5e10));
+    // The priors assume 50 GFLOP/s per CPU worker and 50 TFLOP/s per GPU (a third of an H100's
+    // bf16 tensor-core rate); each kind's measured prefills then refine its own model.
+    const runtime::CostShape shape = runtime::CostShapeOf(s->model_->config());
+    s->cost_ =
+        std::make_unique<runtime::CostModels>(runtime::CostModel::PriorFromShape(shape, 5e10),
+                                              runtime::CostModel::PriorFromShape(shape, 5e13));
     storage::TierManager* tiers = s->store_.get();
     s->scheduler_ = std::make_unique<runtime::MissScheduler>(
         *s->pool_, *s->transport_, *s->cost_, [tiers](const runtime::EntryPtr& entry) {
@@ -267,6 +297,15 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
     }
     return samples;
   });
+  metrics->SetWorkerSampler([pool = s->pool_.get()] {
+    std::vector<WorkerSample> samples;
+    for (size_t i = 0; pool != nullptr && i < pool->size(); ++i) {
+      const runtime::Worker& w = pool->worker(i);
+      if (w.remote()) continue;  // peers have their own hypic_peer_* series
+      samples.push_back(WorkerSample{w.name(), w.healthy() ? 1u : 0u, w.device_errors()});
+    }
+    return samples;
+  });
   s->compute_ = std::make_unique<ComputeQueue>(
       s->config_.compute_workers, s->config_.compute_queue,
       [metrics](int64_t depth) { metrics->SetComputeQueueDepth(depth); });
@@ -278,9 +317,9 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
                           for (const auto& peer : peers) stats.push_back(peer->Stats());
                           return stats;
                         }};
-  s->handlers_ = std::make_unique<Handlers>(s->config_, *s->metrics_, *s->compute_,
-                                            std::move(control), *s->store_, s->model_,
-                                            s->scheduler_.get(), s->prefix_cache_.get());
+  s->handlers_ = std::make_unique<Handlers>(
+      s->config_, *s->metrics_, *s->compute_, std::move(control), *s->store_, s->model_,
+      s->scheduler_.get(), s->prefix_cache_.get(), s->combine_device_);
   return s;
 }
 

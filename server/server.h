@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/thread_annotations.h"
+#include "gpu/model/compute_device.h"
 #include "gpu/model/prefix_cache.h"
 #include "gpu/runtime/cost_model.h"
 #include "gpu/runtime/miss_scheduler.h"
@@ -103,7 +104,8 @@ class Server {
   std::vector<std::shared_ptr<Peer>> peers_;  // their workers are in pool_
   std::unique_ptr<runtime::WorkerPool> pool_;
   std::unique_ptr<runtime::HostTransport> transport_;
-  std::unique_ptr<runtime::CostModel> cost_;
+  std::unique_ptr<runtime::CostModels> cost_;
+  model::ComputeDevice combine_device_;  // where the request threads' passes run
   std::unique_ptr<runtime::MissScheduler> scheduler_;
   // COMPOSE mode `prefix` (with a model and prefix_cache_capacity > 0).
   std::unique_ptr<model::PrefixCache> prefix_cache_;

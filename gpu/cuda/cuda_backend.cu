@@ -25,7 +25,7 @@ class CudaBuffer final : public Buffer {
   ~CudaBuffer() override {
     if (p_ == nullptr) return;
     if (memory_ == MemoryKind::kDevice) {
-      cudaSetDevice(device_);
+      ScopedDevice on(device_);
       cudaFree(p_);
     } else {
       cudaFreeHost(p_);
@@ -48,7 +48,7 @@ class CudaStreamImpl final : public Stream {
  public:
   CudaStreamImpl(cudaStream_t s, int device) : s_(s), device_(device) {}
   ~CudaStreamImpl() override {
-    cudaSetDevice(device_);
+    ScopedDevice on(device_);
     cudaStreamDestroy(s_);
   }
   int device() const override { return device_; }
@@ -79,10 +79,11 @@ class CudaBackendImpl final : public Backend {
   int DeviceCount() const override { return count_; }
 
   Result<DeviceInfo> QueryDevice(int device) const override {
-    HYPIC_RETURN_IF_ERROR(CheckDevice(device));
+    HYPIC_RETURN_IF_ERROR(CheckOrdinal(device));
     cudaDeviceProp prop;
     HYPIC_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
-    HYPIC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    ScopedDevice on(device);
+    HYPIC_RETURN_IF_ERROR(on.status());
     size_t free_b = 0, total_b = 0;
     HYPIC_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
     DeviceInfo info;
@@ -98,8 +99,9 @@ class CudaBackendImpl final : public Backend {
   }
 
   Result<std::unique_ptr<Buffer>> Allocate(int device, size_t bytes) override {
-    HYPIC_RETURN_IF_ERROR(CheckDevice(device));
-    HYPIC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    HYPIC_RETURN_IF_ERROR(CheckOrdinal(device));
+    ScopedDevice on(device);
+    HYPIC_RETURN_IF_ERROR(on.status());
     void* p = nullptr;
     if (bytes) {
       cudaError_t err = cudaMalloc(&p, bytes);
@@ -122,8 +124,9 @@ class CudaBackendImpl final : public Backend {
   }
 
   Result<std::unique_ptr<Stream>> CreateStream(int device) override {
-    HYPIC_RETURN_IF_ERROR(CheckDevice(device));
-    HYPIC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    HYPIC_RETURN_IF_ERROR(CheckOrdinal(device));
+    ScopedDevice on(device);
+    HYPIC_RETURN_IF_ERROR(on.status());
     cudaStream_t s;
     HYPIC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     return std::unique_ptr<Stream>(std::make_unique<CudaStreamImpl>(s, device));
@@ -133,7 +136,8 @@ class CudaBackendImpl final : public Backend {
                       Stream& stream) override {
     HYPIC_RETURN_IF_ERROR(CheckRange(dst_offset, bytes, dst.size()));
     auto& s = static_cast<CudaStreamImpl&>(stream);
-    HYPIC_CUDA_RETURN_IF_ERROR(cudaSetDevice(s.device()));
+    ScopedDevice on(s.device());
+    HYPIC_RETURN_IF_ERROR(on.status());
     HYPIC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<char*>(dst.data()) + dst_offset, src,
                                                bytes, cudaMemcpyDefault, s.get()));
     return Status::Ok();
@@ -144,9 +148,23 @@ class CudaBackendImpl final : public Backend {
     HYPIC_RETURN_IF_ERROR(CheckRange(src_offset, bytes, src.size()));
     auto& s = static_cast<CudaStreamImpl&>(stream);
     const auto& b = static_cast<const CudaBuffer&>(src);
-    HYPIC_CUDA_RETURN_IF_ERROR(cudaSetDevice(s.device()));
+    ScopedDevice on(s.device());
+    HYPIC_RETURN_IF_ERROR(on.status());
     HYPIC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
         dst, static_cast<const char*>(b.cdata()) + src_offset, bytes, cudaMemcpyDefault, s.get()));
+    return Status::Ok();
+  }
+
+  // A non-sticky error (a failed allocation, a bad launch configuration) is reported once and
+  // cleared by cudaGetLastError; a sticky one (an illegal address, a device-side assert, an
+  // uncorrectable ECC error, a lost device) poisons the context and every later call returns
+  // it, so a synchronisation after clearing tells the two apart.
+  Status CheckDevice(int device) override {
+    HYPIC_RETURN_IF_ERROR(CheckOrdinal(device));
+    ScopedDevice on(device);
+    HYPIC_RETURN_IF_ERROR(on.status());
+    (void)cudaGetLastError();
+    HYPIC_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
     return Status::Ok();
   }
 
@@ -155,7 +173,8 @@ class CudaBackendImpl final : public Backend {
     HYPIC_RETURN_IF_ERROR(CheckRange(0, n * sizeof(float), y.size()));
     if (n == 0) return Status::Ok();
     auto& s = static_cast<CudaStreamImpl&>(stream);
-    HYPIC_CUDA_RETURN_IF_ERROR(cudaSetDevice(s.device()));
+    ScopedDevice on(s.device());
+    HYPIC_RETURN_IF_ERROR(on.status());
     const auto& xb = static_cast<const CudaBuffer&>(x);
     int threads = 256;
     int blocks = static_cast<int>((n + threads - 1) / threads);
@@ -167,7 +186,7 @@ class CudaBackendImpl final : public Backend {
   }
 
  private:
-  Status CheckDevice(int device) const {
+  Status CheckOrdinal(int device) const {
     if (device < 0 || device >= count_) {
       return NotFound("no CUDA device " + std::to_string(device) + " (have " +
                       std::to_string(count_) + ")");

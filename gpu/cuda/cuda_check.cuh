@@ -1,5 +1,7 @@
 // CUDA error checking at the backend boundary: a failing runtime call becomes
-// Status kDeviceError naming the statement, file and line. Never throws.
+// Status kDeviceError naming the statement, file and line. Never throws. ScopedDevice: the
+// RAII switch of the calling thread's current device that every CUDA source here uses instead
+// of a bare cudaSetDevice, so no call leaves its caller on another device.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +17,34 @@ inline Status CudaStatus(cudaError_t err, const char* stmt, const char* file, in
   return DeviceError(std::string(stmt) + " failed at " + file + ":" + std::to_string(line) + ": " +
                      cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
 }
+
+// Makes `device` the calling thread's current device for the enclosing scope and restores the
+// previous one when destroyed (CUDA's current device is per thread, and every runtime call,
+// allocation and launch uses it). Check status() before any device work. A destructor that
+// frees device memory or a stream takes one too. Not copyable or movable.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device) : status_(Switch(device, &restore_)) {}
+  ~ScopedDevice() {
+    if (restore_ >= 0) (void)cudaSetDevice(restore_);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+  const Status& status() const { return status_; }
+
+ private:
+  static Status Switch(int device, int* restore) {
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current == device) return Status::Ok();
+    Status st = CudaStatus(cudaSetDevice(device), "cudaSetDevice(device)", __FILE__, __LINE__);
+    if (st.ok()) *restore = current;
+    return st;
+  }
+
+  int restore_ = -1;  // the device to restore; -1: nothing was switched (declared first)
+  Status status_;
+};
 
 }  // namespace hypic::gpu
 

@@ -50,6 +50,8 @@ float* Model::Pass::CaptureBuffer(const TensorView& view) {
 }
 
 const float* Model::Pass::EntryInput(const EntryTensor& t, int64_t n) {
+  // CheckEntry let a device-resident tensor through only in F32 on this pass's own device.
+  if (t.view.memory() == MemoryKind::kDevice) return t.view.data_as<const float>();
   if (t.view.dtype() == DType::kF32) return kernels_->Input(t.view.data_as<const float>(), n);
   if (widened_used_ == widened_.size()) widened_.emplace_back();
   std::vector<float>& buf = widened_[widened_used_++];

@@ -83,7 +83,8 @@ class Model::Pass {
   // Where the capture of a tensor of `view`'s dtype is computed: the entry's memory for f32,
   // else a new fp32 buffer rounded into it by FinishPass.
   float* CaptureBuffer(const TensorView& view);
-  // The kernels' fp32 copy of an entry tensor of n elements (widened first unless f32).
+  // The kernels' fp32 copy of an entry tensor of n elements (widened first unless f32), or the
+  // tensor itself when it is already in this pass's device memory (Model::CheckEntry).
   const float* EntryInput(const EntryTensor& t, int64_t n);
   // Finishes the kernels (every Mirror written back), then rounds the capture into its entry.
   Status FinishPass();

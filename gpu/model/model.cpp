@@ -35,7 +35,8 @@ DType DeclaredDType(const EntryDTypes& d, TensorKind kind) {
   return DType::kF32;
 }
 
-Status CheckTensor(const SegmentEntry& e, uint32_t layer, TensorKind kind, const Shape& shape) {
+Status CheckTensor(const SegmentEntry& e, uint32_t layer, TensorKind kind, const Shape& shape,
+                   const ComputeDevice& device) {
   const EntryTensor* t = e.Find(layer, kind);
   if (t == nullptr) {
     return BadRequest(fmt::format("entry {}: layer {} has no {} tensor", e.key().ToHex(), layer,
@@ -58,6 +59,16 @@ Status CheckTensor(const SegmentEntry& e, uint32_t layer, TensorKind kind, const
     return BadRequest(fmt::format("entry {}: layer {} {}: expected contiguous {} {}, found {}",
                                   e.key().ToHex(), layer, TensorKindName(kind), DTypeName(dtype),
                                   shape.ToString(), t->view.shape().ToString()));
+  }
+  if (t->view.memory() == MemoryKind::kDevice) {
+    const ComputeDevice where{gpu::BackendKind::kCuda, t->view.device()};
+    if (!(where == device) || dtype != DType::kF32) {
+      return BadRequest(fmt::format(
+          "entry {}: layer {} {} is {} in the memory of {}; a pass on {} reads host memory or "
+          "F32 on its own device",
+          e.key().ToHex(), layer, TensorKindName(kind), DTypeName(dtype), ComputeDeviceName(where),
+          ComputeDeviceName(device)));
+    }
   }
   return Status::Ok();
 }
@@ -279,8 +290,8 @@ Result<ComposeResult> Model::Compose(std::span<const ComposePart> parts,
   return r;
 }
 
-Status Model::CheckEntry(const SegmentEntry& e, std::span<const uint32_t> tokens,
-                         uint32_t seam_w) const {
+Status Model::CheckEntry(const SegmentEntry& e, std::span<const uint32_t> tokens, uint32_t seam_w,
+                         const ComputeDevice& device) const {
   const ModelConfig& c = config_;
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t w = seam_w;
@@ -308,15 +319,15 @@ Status Model::CheckEntry(const SegmentEntry& e, std::span<const uint32_t> tokens
     const auto layer = static_cast<uint32_t>(li);
     if (c.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear) {
       const int64_t hv = c.linear_value_heads, dk = c.linear_key_dim;
-      HYPIC_RETURN_IF_ERROR(CheckTensor(e, layer, TensorKind::kTransition, {hv, dk, dk}));
+      HYPIC_RETURN_IF_ERROR(CheckTensor(e, layer, TensorKind::kTransition, {hv, dk, dk}, device));
       HYPIC_RETURN_IF_ERROR(
-          CheckTensor(e, layer, TensorKind::kState, {hv, dk, c.linear_value_dim}));
-      HYPIC_RETURN_IF_ERROR(
-          CheckTensor(e, layer, TensorKind::kConvTail, {c.conv_kernel - 1, c.conv_channels()}));
+          CheckTensor(e, layer, TensorKind::kState, {hv, dk, c.linear_value_dim}, device));
+      HYPIC_RETURN_IF_ERROR(CheckTensor(e, layer, TensorKind::kConvTail,
+                                        {c.conv_kernel - 1, c.conv_channels()}, device));
     } else {
       const Shape kv{n - w, c.num_kv_heads, c.head_dim};
-      HYPIC_RETURN_IF_ERROR(CheckTensor(e, layer, TensorKind::kKey, kv));
-      HYPIC_RETURN_IF_ERROR(CheckTensor(e, layer, TensorKind::kValue, kv));
+      HYPIC_RETURN_IF_ERROR(CheckTensor(e, layer, TensorKind::kKey, kv, device));
+      HYPIC_RETURN_IF_ERROR(CheckTensor(e, layer, TensorKind::kValue, kv, device));
     }
   }
   return Status::Ok();
@@ -343,7 +354,8 @@ Result<ComposeResult> Model::ComposeAfter(ModelState& state, std::span<const Com
     }
     const SegmentEntry* e = part.entry.get();
     if (e == nullptr) return BadRequest(what + ": segment without an entry");
-    HYPIC_RETURN_IF_ERROR(CheckEntry(*e, part.tokens, options.seam_w).WithContext(what));
+    HYPIC_RETURN_IF_ERROR(
+        CheckEntry(*e, part.tokens, options.seam_w, options.device).WithContext(what));
     pass.AddLive(std::span(part.tokens).first(static_cast<size_t>(w)));
     pass.AddCached(e, n - w);
   }

@@ -213,10 +213,12 @@ class Model {
 
   // Whether `entry` is this model's entry of `tokens` at seam `seam_w`, as Compose will use it:
   // the model fingerprint, seam, conv kernel, layer count and tokens of its metadata, and every
-  // tensor's presence, dtype (the one its settings declare) and shape. kBadRequest naming what
-  // differs. Compose runs it on every cached part; a daemon runs it on an entry a peer sent.
-  Status CheckEntry(const SegmentEntry& entry, std::span<const uint32_t> tokens,
-                    uint32_t seam_w) const;
+  // tensor's presence, dtype (the one its settings declare), shape and location: host memory,
+  // or fp32 in the memory of the CUDA device `device` names (a pass on another device or on
+  // the CPU cannot read it). kBadRequest naming what differs. Compose runs it on every cached
+  // part on its own device; a daemon runs it on an entry a peer sent.
+  Status CheckEntry(const SegmentEntry& entry, std::span<const uint32_t> tokens, uint32_t seam_w,
+                    const ComputeDevice& device = {}) const;
 
   // Compose continued: runs `parts` after `state` (whose positions come first) and advances it
   // in place; the result's state is left empty. Composing a prompt in consecutive runs of parts

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "core/thread_annotations.h"
+#include "gpu/backend.h"
 
 namespace hypic::runtime {
 
@@ -65,6 +66,26 @@ class CostModel {
   double pp_ GUARDED_BY(mu_) = 0.0;  // sum w p(x)^2
   Vec3 theta_ GUARDED_BY(mu_);
   size_t count_ GUARDED_BY(mu_) = 0;
+};
+
+// One CostModel per kind of local worker: a GPU's measured prefills calibrate only the GPU
+// estimate and a CPU worker's only the CPU one, so LPT never hands a CPU worker a GPU's share
+// (or the reverse) because one kind's times were read as the other's. Remote workers (peers)
+// scale the CPU estimate by their own calibrated speed (Worker::Estimate). Thread-safe.
+class CostModels {
+ public:
+  CostModels(CostCoefficients cpu_prior, CostCoefficients cuda_prior, double forgetting = 0.98)
+      : cpu_(cpu_prior, forgetting), cuda_(cuda_prior, forgetting) {}
+  // The same prior for both kinds (pools of one kind, tests).
+  explicit CostModels(CostCoefficients prior = {}) : CostModels(prior, prior) {}
+
+  CostModel& For(gpu::BackendKind kind) { return kind == gpu::BackendKind::kCuda ? cuda_ : cpu_; }
+  const CostModel& For(gpu::BackendKind kind) const {
+    return kind == gpu::BackendKind::kCuda ? cuda_ : cpu_;
+  }
+
+ private:
+  CostModel cpu_, cuda_;
 };
 
 }  // namespace hypic::runtime

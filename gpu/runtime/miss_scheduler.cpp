@@ -22,10 +22,9 @@ double SecondsSince(Clock::time_point t0, Clock::time_point t1) {
 struct MissScheduler::Flight {
   enum class Phase : uint8_t { kQueued, kRunning };
   PrefillJob job;
-  double local_cost = 0.0;  // the CostModel's estimate (or the job's own)
-  double cost = 0.0;        // on `worker`
+  double cost = 0.0;  // on `worker`
   size_t worker = 0;
-  std::vector<size_t> failed_on;  // remote workers that failed it
+  std::vector<size_t> failed_on;  // remote workers (or lost devices) that failed it
   Phase phase = Phase::kQueued;
   double transfer_s = 0.0;
   double cpu_s = 0.0;  // the worker thread's CPU time for the job
@@ -71,11 +70,11 @@ MissTimings MissRequest::timings() const {
   return state_->timings;
 }
 
-MissScheduler::MissScheduler(WorkerPool& pool, Transport& transport, CostModel& cost_model,
+MissScheduler::MissScheduler(WorkerPool& pool, Transport& transport, CostModels& cost_models,
                              StoreCallback store, SchedulerOptions options)
     : pool_(pool),
       transport_(transport),
-      cost_model_(cost_model),
+      cost_models_(cost_models),
       store_(std::move(store)),
       options_(options) {
   {
@@ -120,14 +119,10 @@ Result<std::unique_ptr<MissRequest>> MissScheduler::Submit(std::vector<PrefillJo
   for (const PrefillJob& job : misses) {
     if (!job.compute) return BadRequest("prefill job without a compute function");
   }
-  // Estimates outside the lock: the cost model and the remote workers have their own.
-  std::vector<double> costs(misses.size());
+  // Estimates outside the lock: the cost models and the remote workers have their own.
   CostMatrix matrix(misses.size(), pool_.size());
   for (size_t i = 0; i < misses.size(); ++i) {
-    costs[i] = misses[i].cost > 0.0 ? misses[i].cost : cost_model_.Estimate(misses[i].n_tokens);
-    for (size_t w = 0; w < pool_.size(); ++w) {
-      matrix(i, w) = pool_.worker(w).Estimate(misses[i], costs[i]);
-    }
+    for (size_t w = 0; w < pool_.size(); ++w) matrix(i, w) = CostOn(misses[i], w);
   }
   std::vector<SegmentKey> keys;
   for (const PrefillJob& job : misses) keys.push_back(job.key);
@@ -167,7 +162,6 @@ Result<std::unique_ptr<MissRequest>> MissScheduler::Submit(std::vector<PrefillJo
     for (size_t j : assignment.order[w]) {
       size_t i = starts[j];
       auto flight = std::make_shared<Flight>();
-      flight->local_cost = costs[i];
       // A job no worker can take costs nothing here: its worker refuses it at once.
       flight->cost = std::isfinite(start_costs(j, w)) ? start_costs(j, w) : 0.0;
       flight->worker = w;
@@ -276,6 +270,14 @@ void MissScheduler::SetIdle(size_t w, bool idle) {
   for (State* request : idle_waiters_) request->cv.notify_all();
 }
 
+double MissScheduler::CostOn(const PrefillJob& job, size_t w) const {
+  const Worker& worker = pool_.worker(w);
+  if (!worker.healthy()) return std::numeric_limits<double>::infinity();
+  const gpu::BackendKind kind = worker.remote() ? gpu::BackendKind::kCpu : worker.context().kind;
+  const double local = job.cost > 0.0 ? job.cost : cost_models_.For(kind).Estimate(job.n_tokens);
+  return worker.Estimate(job, local);
+}
+
 bool MissScheduler::Requeue(const std::shared_ptr<Flight>& flight, size_t failed) {
   flight->failed_on.push_back(failed);
   size_t best = pool_.size();
@@ -285,7 +287,7 @@ bool MissScheduler::Requeue(const std::shared_ptr<Flight>& flight, size_t failed
         flight->failed_on.end()) {
       continue;
     }
-    const double cost = pool_.worker(v).Estimate(flight->job, flight->local_cost);
+    const double cost = CostOn(flight->job, v);
     if (std::isfinite(cost) && loads_[v] + cost < best_finish) {
       best = v, best_finish = loads_[v] + cost, best_cost = cost;
     }
@@ -324,6 +326,20 @@ void MissScheduler::WorkerLoop(size_t w) {
         ++stats_.jobs_dropped;
         continue;
       }
+      if (!worker.healthy()) {
+        // Queued here before the device was lost: it runs elsewhere, or fails if nothing is
+        // left.
+        loads_[w] -= flight->cost;
+        if (Requeue(flight, w)) continue;
+        ++stats_.prefills_failed;
+        Status failed =
+            ComputeFailed(fmt::format("prefill of segment {}: no worker left ({} lost its device)",
+                                      flight->job.key.ToHex(), worker.name()));
+        auto waiters = flight->waiters;
+        for (auto& [request, request_slot] : waiters) Complete(*request, failed);
+        EraseFlight(flight);
+        continue;
+      }
       flight->phase = Flight::Phase::kRunning;
       for (const auto& [request, slot] : flight->waiters) {
         deadline = std::max(deadline, request->deadline);
@@ -337,7 +353,9 @@ void MissScheduler::WorkerLoop(size_t w) {
     const Clock::time_point t1 = Clock::now();
     Result<EntryPtr> delivered = computed.status();
     if (computed.ok()) {
-      if (!worker.remote()) cost_model_.Observe(flight->job.n_tokens, SecondsSince(t0, t1));
+      if (!worker.remote()) {
+        cost_models_.For(worker.context().kind).Observe(flight->job.n_tokens, SecondsSince(t0, t1));
+      }
       // Store first (a few ms against a prefill's hundreds): when a request's Wait returns,
       // every entry it computed has been offered to the store. The flight is still in the map,
       // so a request that misses the key meanwhile joins it instead of computing it again.
@@ -350,7 +368,13 @@ void MissScheduler::WorkerLoop(size_t w) {
     {
       MutexLock lock(&mu_);
       loads_[w] -= flight->cost;
-      if (!computed.ok() && worker.remote() && !flight->waiters.empty()) {
+      const bool lost = !computed.ok() && !worker.remote() && !worker.healthy();
+      if (lost) {
+        ++stats_.device_failures;
+        HYPIC_LOG_ERROR("{} is out of the pool: its device was lost ({})", worker.name(),
+                        computed.status().ToString());
+      }
+      if (!computed.ok() && (worker.remote() || lost) && !flight->waiters.empty()) {
         if (Requeue(flight, w)) {
           HYPIC_LOG_WARN("segment {} failed on {} ({}); re-running it on {}",
                          flight->job.key.ToHex(), worker.name(), computed.status().ToString(),
@@ -425,6 +449,8 @@ SchedulerStats MissScheduler::stats() const {
   MutexLock lock(&mu_);
   SchedulerStats s = stats_;
   s.queued = queued_;
+  for (size_t w = 0; w < pool_.size(); ++w)
+    s.unhealthy_workers += pool_.worker(w).healthy() ? 0 : 1;
   return s;
 }
 

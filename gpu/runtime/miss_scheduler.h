@@ -4,12 +4,16 @@
 //   already queued or running joins it, and every waiter gets the entry or the error.
 // - Assignment: a request's new jobs go to the workers by the configured Policy over a cost
 //   matrix, on top of the work already queued there (LPT by default): job i on worker j costs
-//   Worker::Estimate(job, the CostModel's local estimate) (a peer: its own calibrated speed and
-//   the network cost of the entry; +infinity where it cannot take the job now).
+//   Worker::Estimate(job, the local estimate of the CostModel of its kind: CPU or CUDA) (a
+//   peer: its own calibrated speed and the network cost of the entry; +infinity where it cannot
+//   take the job now).
 // - Failover: a job that a remote worker fails (peer down, timeout, refusal, an entry that does
 //   not verify) is not failed: it is queued again, first in line, on the worker where it would
 //   finish first among those that can take it (local, or another peer), at most once per
-//   worker; it fails only when no worker is left. Local failures fail at once, as below.
+//   worker; it fails only when no worker is left. A local worker whose device is lost
+//   (Worker::healthy() false after a failure: a sticky CUDA error) is treated alike: its job and
+//   every job queued on it run elsewhere, it gets no new job, and stats count it. Other local
+//   failures fail at once, as below.
 // - Bounded queue: at most `max_queued_jobs` jobs wait (not yet running) over all workers;
 //   a Submit whose new jobs do not fit returns kBusy at once and changes nothing.
 // - Streamed combine: each worker hands each finished entry at once to the store callback and
@@ -25,7 +29,7 @@
 //   message kept) and is never stored; its other jobs continue for their other waiters. A
 //   failed transfer fails the waiters with the transport's error; the entry was stored.
 //
-// Ownership: the scheduler borrows the pool, transport and cost model, which must outlive it.
+// Ownership: the scheduler borrows the pool, transport and cost models, which must outlive it.
 // A MissRequest must be destroyed before its scheduler. Thread-safety: Submit, Wait, Cancel
 // and stats are safe from any thread; each MissRequest is used by one thread at a time. The
 // store callback runs on worker threads, without locks held, and delays the delivery of that
@@ -67,8 +71,10 @@ struct SchedulerStats {
                               // earlier slot of the same request with the same key)
   uint64_t jobs_dropped = 0;  // queued jobs dropped because no request wanted them any more
   uint64_t busy_rejections = 0;
-  uint64_t failovers = 0;  // jobs a remote worker failed, queued again elsewhere
-  size_t queued = 0;       // jobs waiting now
+  uint64_t failovers = 0;  // jobs a remote worker or a lost device failed, queued again elsewhere
+  uint64_t device_failures = 0;  // jobs that failed on a local worker whose device was lost
+  size_t unhealthy_workers = 0;  // local workers out of the pool (device lost)
+  size_t queued = 0;             // jobs waiting now
 };
 
 // Per-request figures, valid once Wait returned OK.
@@ -118,8 +124,8 @@ class MissRequest {
 
 class MissScheduler {
  public:
-  MissScheduler(WorkerPool& pool, Transport& transport, CostModel& cost_model, StoreCallback store,
-                SchedulerOptions options = {});
+  MissScheduler(WorkerPool& pool, Transport& transport, CostModels& cost_models,
+                StoreCallback store, SchedulerOptions options = {});
   // Fails waiting requests with kShuttingDown, lets running jobs finish, joins the threads.
   ~MissScheduler();
   MissScheduler(const MissScheduler&) = delete;
@@ -158,11 +164,14 @@ class MissScheduler {
   // Queues `flight` (which worker `failed` could not compute) first in line on the worker where
   // it would finish first, other than those it already failed on; false when there is none.
   bool Requeue(const std::shared_ptr<Flight>& flight, size_t failed) REQUIRES(mu_);
+  // Seconds of `job` on worker `w`: the job's own cost, else the CostModel of w's kind, as the
+  // worker itself estimates it (+infinity for a worker out of the pool).
+  double CostOn(const PrefillJob& job, size_t w) const;
   void Cancel(State& request) EXCLUDES(mu_);
 
   WorkerPool& pool_;
   Transport& transport_;
-  CostModel& cost_model_;
+  CostModels& cost_models_;
   StoreCallback store_;
   const SchedulerOptions options_;
 

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "gpu/cpu/compute_threads.h"
 
@@ -27,17 +28,35 @@ class LocalWorker final : public Worker {
 
   Result<EntryPtr> Execute(const PrefillJob& job, Clock::time_point /*deadline*/) override {
     if (!job.compute) return Internal("prefill job without a compute function");
-    HYPIC_ASSIGN_OR_RETURN(EntryPtr entry, job.compute(context_));
+    Result<EntryPtr> entry = job.compute(context_);
     // The entry must be complete when it leaves the worker: queued device work included.
-    HYPIC_RETURN_IF_ERROR(stream_->Synchronize());
-    if (entry == nullptr) return Internal("prefill job returned no entry");
+    Status done = entry.ok() ? stream_->Synchronize() : entry.status();
+    if (!done.ok()) {
+      // A device error may be the job's alone (an allocation that did not fit) or the device's
+      // (a sticky error): only the second takes the worker out of the pool.
+      if (done.code() == StatusCode::kDeviceError) {
+        device_errors_.fetch_add(1, std::memory_order_relaxed);
+        Status device = context_.backend->CheckDevice(context_.device);
+        if (!device.ok()) {
+          healthy_.store(false, std::memory_order_relaxed);
+          return done.WithContext(fmt::format("{} lost: {}", name_, device.ToString()));
+        }
+      }
+      return done;
+    }
+    if (*entry == nullptr) return Internal("prefill job returned no entry");
     return entry;
   }
+
+  bool healthy() const override { return healthy_.load(std::memory_order_relaxed); }
+  uint64_t device_errors() const override { return device_errors_.load(std::memory_order_relaxed); }
 
  private:
   WorkerContext context_;
   std::unique_ptr<gpu::Stream> stream_;
   std::string name_;
+  std::atomic<bool> healthy_{true};
+  std::atomic<uint64_t> device_errors_{0};
 };
 
 }  // namespace
@@ -64,7 +83,15 @@ Result<std::unique_ptr<WorkerPool>> WorkerPool::Create(
     if (cuda == nullptr || cuda->DeviceCount() == 0) {
       return Unsupported("worker pool: no CUDA device");
     }
-    for (int d = 0; d < cuda->DeviceCount(); ++d) {
+    std::vector<int> devices = options.cuda_devices;
+    for (int d = 0; devices.empty() && d < cuda->DeviceCount(); ++d) devices.push_back(d);
+    for (int d : devices) {
+      if (d < 0 || d >= cuda->DeviceCount()) {
+        return NotFound(
+            fmt::format("worker pool: no CUDA device {} ({} visible)", d, cuda->DeviceCount()));
+      }
+    }
+    for (int d : devices) {
       HYPIC_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Stream> stream, cuda->CreateStream(d));
       WorkerContext ctx{
           static_cast<int>(workers.size()), gpu::BackendKind::kCuda, d, cuda, nullptr, 1};

@@ -39,6 +39,13 @@ class Worker {
   // A remote worker: its failures are re-run elsewhere, its times do not calibrate the local
   // CostModel, and it is not an idle local core for the combine (MissRequest::WaitFor).
   virtual bool remote() const { return false; }
+  // False once this local worker's device is lost (a sticky CUDA error after a failed job,
+  // gpu::Backend::CheckDevice): the scheduler then runs its jobs elsewhere and gives it no
+  // more. It never becomes true again; a restart of the daemon brings the device back.
+  // Thread-safe.
+  virtual bool healthy() const { return true; }
+  // Jobs of this local worker that ended in kDeviceError (lost device or not). Thread-safe.
+  virtual uint64_t device_errors() const { return 0; }
   // Estimated seconds of `job` here, given `local_seconds`, the CostModel's estimate for a local
   // worker. +infinity: this worker cannot take it now (a peer that is down, a local-only job).
   virtual double Estimate(const PrefillJob& /*job*/, double local_seconds) const {
@@ -47,14 +54,17 @@ class Worker {
 };
 
 struct PoolOptions {
-  // kCuda: one worker per visible CUDA device, each with its own stream (the model's passes
-  // keep a cuBLAS handle per device), plus `cpu_workers` CPU workers when that is > 0; fails
-  // with kUnsupported when no device is visible. kCpu: `cpu_workers` CPU workers.
+  // kCuda: one worker per CUDA device of `cuda_devices` (every visible one when empty), each
+  // with its own stream (the model's passes keep a cuBLAS handle per device), plus
+  // `cpu_workers` CPU workers when that is > 0; fails with kUnsupported when no device is
+  // visible and kNotFound for a listed device that is not. kCpu: `cpu_workers` CPU workers.
   gpu::BackendKind kind = gpu::BackendKind::kCpu;
   // kCpu: 0 = one per hardware thread. kCuda: CPU workers beside the GPUs (0 = none).
   int cpu_workers = 0;
   // Total compute threads shared by the CPU workers; 0 = the hardware threads.
   int cpu_threads = 0;
+  // kCuda: the devices to use (the ordinals of runtime::ResolveCudaDevices); empty = all.
+  std::vector<int> cuda_devices = {};
 };
 
 class WorkerPool {

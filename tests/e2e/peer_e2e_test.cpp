@@ -185,6 +185,10 @@ TEST_CASE("router + two peers: bitwise the result of one daemon computing everyt
   const std::string metrics = HttpGet((*router)->metrics_port(), "/metrics");
   CHECK(metrics.find("hypic_peer_up{peer=\"" + Address(**p1) + "\"} 1") != std::string::npos);
   CHECK(metrics.find("hypic_peer_jobs_total{peer=\"" + Address(**p2) + "\"}") != std::string::npos);
+  // And the router's own worker, healthy, with no device errors; the peers are not workers here.
+  CHECK(metrics.find("hypic_worker_healthy{worker=\"cpu:0\"} 1") != std::string::npos);
+  CHECK(metrics.find("hypic_worker_device_errors_total{worker=\"cpu:0\"} 0") != std::string::npos);
+  CHECK(metrics.find("hypic_worker_healthy{worker=\"peer:") == std::string::npos);
 }
 
 // The peer's compute queue depth (PREFILLs waiting or running there), or nullopt when STATS

@@ -142,6 +142,32 @@ TEST_CASE("entry_dtype: every source, the config string, errors naming the key")
   check_error(LoadConfig({"--entry-dtype", ""}, MapEnv({})), "'entry_dtype'", "empty");
 }
 
+TEST_CASE("devices and cpu_workers_with_gpu: sources, the canonical form, errors naming the key") {
+  auto defaults = LoadConfig({}, MapEnv({}));
+  REQUIRE_OK(defaults);
+  CHECK(defaults->devices == "auto");
+  CHECK(defaults->cpu_workers_with_gpu == 0);
+  auto flag = LoadConfig({"--devices", "CUDA:2, 0", "--cpu-workers-with-gpu", "2"}, MapEnv({}));
+  REQUIRE_OK(flag);
+  CHECK(flag->devices == "cuda:0,2");
+  CHECK(flag->cpu_workers_with_gpu == 2);
+  auto env = LoadConfig({}, MapEnv({{"HYPIC_DEVICES", "cpu"}}));
+  REQUIRE_OK(env);
+  CHECK(env->devices == "cpu");
+  TempToml file("devices = \"cuda\"\n");
+  auto from_file = LoadConfig({"--config", file.path.string()}, MapEnv({}));
+  REQUIRE_OK(from_file);
+  CHECK(from_file->devices == "cuda");
+  CHECK(DumpConfig(*flag).find("devices = \"cuda:0,2\"") != std::string::npos);
+  for (const char* bad : {"gpu", "cuda:", "cuda:0,0", "cuda:-1"}) {
+    CAPTURE(bad);
+    auto r = LoadConfig({"--devices", bad}, MapEnv({}));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kBadRequest);
+    CHECK(r.status().message().find("'devices' (flag") != std::string::npos);
+  }
+}
+
 TEST_CASE("peers: flags, env and TOML (strings or tables), errors naming the key") {
   auto flag = LoadConfig(
       {"--peers", "10.0.0.2:7411, 10.0.0.3:7412;weight=2;concurrency=3", "--peer-token", "pt"},

@@ -417,10 +417,12 @@ struct ColdRun {
 // One cold request through the real scheduler with `workers` CPU workers (one core each).
 Result<ColdRun> MeasureCold(const std::shared_ptr<const model::Model>& m, const Options& o,
                             int workers, int compute_threads, runtime::FoldPolicy fold, int rep) {
-  HYPIC_ASSIGN_OR_RETURN(auto pool, runtime::WorkerPool::Create(runtime::PoolOptions{
-                                        gpu::BackendKind::kCpu, workers, compute_threads}));
+  HYPIC_ASSIGN_OR_RETURN(
+      auto pool,
+      runtime::WorkerPool::Create(runtime::PoolOptions{
+          .kind = gpu::BackendKind::kCpu, .cpu_workers = workers, .cpu_threads = compute_threads}));
   runtime::HostTransport transport;
-  runtime::CostModel cost(
+  runtime::CostModels cost(
       runtime::CostModel::PriorFromShape(runtime::CostShapeOf(m->config()), 5e10));
   runtime::MissScheduler scheduler(*pool, transport, cost, nullptr);
   std::mt19937_64 gen(o.seed + 77);  // the same prompt every run

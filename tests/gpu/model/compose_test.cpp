@@ -397,6 +397,22 @@ TEST_CASE("Compose refuses bad requests and foreign entries, naming the problem"
     REQUIRE_OK(other->PrefillEntries(p, ComposeMode::kHypic, {.seam_w = 8}));
     expect_bad(p, {}, "belongs to model");
   }
+  {
+    // A tensor in device memory (as a device transport delivers it) is never read as host
+    // memory: a CPU pass refuses the entry before touching it.
+    const std::shared_ptr<const SegmentEntry> src = parts[0].entry;
+    auto moved = std::make_shared<SegmentEntry>(src->meta());
+    for (const EntryTensor& t : src->tensors()) {
+      TensorView v = t.view;
+      if (t.kind == TensorKind::kTransition) {
+        v = TensorView(v.data(), v.dtype(), v.shape(), MemoryKind::kDevice, 0);
+      }
+      REQUIRE_OK(moved->AddView(t.layer, t.kind, v, src));
+    }
+    auto p = parts;
+    p[0].entry = moved;
+    expect_bad(p, {}, "in the memory of cuda:0; a pass on cpu");
+  }
   CHECK(m->FullPrefill(std::vector<uint32_t>{}).status().code() == StatusCode::kBadRequest);
 }
 

@@ -63,7 +63,8 @@ struct Rig {
           ++store_calls;
         }) {}
   static std::unique_ptr<WorkerPool> MakePool(int workers, int threads) {
-    auto pool = WorkerPool::Create(PoolOptions{gpu::BackendKind::kCpu, workers, threads});
+    auto pool = WorkerPool::Create(PoolOptions{
+        .kind = gpu::BackendKind::kCpu, .cpu_workers = workers, .cpu_threads = threads});
     REQUIRE_OK(pool);
     return std::move(pool).value();
   }
@@ -78,7 +79,7 @@ struct Rig {
 
   std::unique_ptr<WorkerPool> pool;
   HostTransport transport;
-  CostModel cost;
+  CostModels cost;
   std::mutex mu;
   std::set<SegmentKey> stored;
   int store_calls = 0;
@@ -273,7 +274,8 @@ TEST_CASE("the segment options' entry dtypes reach the jobs: their key, their en
 }
 
 TEST_CASE("GPU workers: one per CUDA device, prefilling on their device, match the CPU workers") {
-  auto cuda = WorkerPool::Create(PoolOptions{gpu::BackendKind::kCuda, 0, 1});
+  auto cuda = WorkerPool::Create(
+      PoolOptions{.kind = gpu::BackendKind::kCuda, .cpu_workers = 0, .cpu_threads = 1});
   if (cuda.status().code() == StatusCode::kUnsupported) {
     MESSAGE("skipped: no CUDA device");
     return;
@@ -285,7 +287,7 @@ TEST_CASE("GPU workers: one per CUDA device, prefilling on their device, match t
   auto expect = ColdCompose(cpu.scheduler, m, prompt, Hypic(), Seg(), Clock::now() + 60s);
   REQUIRE_OK(expect);
   HostTransport transport;
-  CostModel cost(CostCoefficients{1e-4, 0.05, 0.0});
+  CostModels cost(CostCoefficients{1e-4, 0.05, 0.0});
   MissScheduler scheduler(**cuda, transport, cost, nullptr);
   ColdComposeReport report;
   auto got = ColdCompose(scheduler, m, prompt, Hypic(), Seg(), Clock::now() + 60s, &report,

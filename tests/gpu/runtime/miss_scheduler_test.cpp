@@ -149,8 +149,9 @@ struct Fixture {
   static std::unique_ptr<WorkerPool> Pool(int workers,
                                           std::vector<std::unique_ptr<Worker>> remote) {
     if (workers == 0) return std::make_unique<WorkerPool>(std::move(remote));  // remote only
-    auto pool = WorkerPool::Create(PoolOptions{gpu::BackendKind::kCpu, workers, workers},
-                                   std::move(remote));
+    auto pool = WorkerPool::Create(
+        PoolOptions{.kind = gpu::BackendKind::kCpu, .cpu_workers = workers, .cpu_threads = workers},
+        std::move(remote));
     REQUIRE_OK(pool);
     return std::move(pool).value();
   }
@@ -168,7 +169,7 @@ struct Fixture {
 
   std::unique_ptr<WorkerPool> pool;
   HostTransport transport;
-  CostModel cost;
+  CostModels cost;
   std::mutex mu;
   std::vector<EntryPtr> stored;
   Recorder rec;
@@ -199,7 +200,8 @@ TEST_CASE("every miss is computed, stored once and delivered as a copy in submit
   CHECK(t.joined == 0);
   CHECK(t.first_arrival_s <= t.last_arrival_s);
   CHECK(f.scheduler.stats().prefills_ok == 8);
-  CHECK(f.cost.observations() == 8);  // measured times calibrate the cost model
+  CHECK(f.cost.For(gpu::BackendKind::kCpu).observations() ==
+        8);  // measured times calibrate the cost model
 }
 
 TEST_CASE("WaitFor follows the arrived prefix of the slots and can wait for an idle worker") {
@@ -520,7 +522,8 @@ TEST_CASE("local and remote workers get jobs by their own costs (LPT over the co
   }
   CHECK(on_remote > static_cast<int>(costs.size()) / 2);  // the faster worker takes more
   // Remote times do not calibrate the local cost model.
-  CHECK(f.cost.observations() == costs.size() - static_cast<size_t>(on_remote));
+  CHECK(f.cost.For(gpu::BackendKind::kCpu).observations() ==
+        costs.size() - static_cast<size_t>(on_remote));
 }
 
 TEST_CASE("jobs a remote worker fails are re-run locally; the request succeeds") {
@@ -607,6 +610,91 @@ TEST_CASE("single-flight holds across local and remote workers") {
   CHECK(f.rec.Runs(7) == 1);
   CHECK(f.rec.worker[7] == 1);
   CHECK((*second)->timings().joined == 1);
+}
+
+// A local GPU worker double whose device is lost on its first job: the job fails with a device
+// error and the worker reports unhealthy from then on, as LocalWorker does after a sticky CUDA
+// error (CheckDevice failing).
+class LosingDevice final : public Worker {
+ public:
+  explicit LosingDevice(int index) : name_(fmt::format("fake-cuda:{}", index)) {
+    context_.index = index;
+    context_.kind = gpu::BackendKind::kCuda;
+    context_.backend = &gpu::CpuBackend();
+  }
+  const WorkerContext& context() const override { return context_; }
+  const std::string& name() const override { return name_; }
+  bool healthy() const override { return !lost_; }
+  Result<EntryPtr> Execute(const PrefillJob& /*job*/, Clock::time_point /*deadline*/) override {
+    ++calls;
+    lost_ = true;
+    return DeviceError("cudaStreamSynchronize failed: cudaErrorIllegalAddress");
+  }
+  std::atomic<int> calls{0};
+
+ private:
+  std::atomic<bool> lost_{false};
+  std::string name_;
+  WorkerContext context_;
+};
+
+TEST_CASE("a lost device leaves the pool: its jobs, running and queued, run on the others") {
+  std::vector<std::unique_ptr<Worker>> extra;
+  extra.push_back(std::make_unique<LosingDevice>(1));
+  auto* device = static_cast<LosingDevice*>(extra.back().get());
+  Fixture f(1, {}, std::move(extra));
+  Gate gate;
+  std::vector<PrefillJob> jobs;
+  // Equal costs: LPT gives the device half of them, queued behind its first.
+  for (uint64_t i = 0; i < 6; ++i) jobs.push_back(f.rec.Job(i, 100, i == 0 ? &gate : nullptr));
+  auto req = f.scheduler.Submit(std::move(jobs), Far());
+  REQUIRE_OK(req);
+  WaitUntil([&] { return device->calls.load() == 1; });
+  gate.Open();
+  auto entries = (*req)->Wait();
+  REQUIRE_OK(entries);
+  for (uint64_t i = 0; i < 6; ++i) {
+    CHECK(HoldsKey((*entries)[i], i));
+    CHECK(f.rec.worker[i] == 0);  // the CPU worker computed every one
+  }
+  SchedulerStats s = f.scheduler.stats();
+  CHECK(s.device_failures == 1);
+  CHECK(s.unhealthy_workers == 1);
+  CHECK(s.prefills_failed == 0);
+  CHECK(s.prefills_ok == 6);
+  // Later requests never reach the lost device.
+  auto later = f.scheduler.Submit({f.rec.Job(10, 100), f.rec.Job(11, 100)}, Far());
+  REQUIRE_OK(later);
+  REQUIRE_OK((*later)->Wait());
+  CHECK(device->calls == 1);
+  CHECK(f.rec.worker[10] == 0);
+  CHECK(f.rec.worker[11] == 0);
+}
+
+TEST_CASE("a job fails when the device it ran on was the only worker") {
+  std::vector<std::unique_ptr<Worker>> only;
+  only.push_back(std::make_unique<LosingDevice>(0));
+  Fixture f(0, {}, std::move(only));
+  auto req = f.scheduler.Submit({f.rec.Job(1, 100), f.rec.Job(2, 100)}, Far());
+  REQUIRE_OK(req);
+  const Status st = (*req)->Wait().status();
+  CHECK(st.code() == StatusCode::kComputeFailed);
+  CHECK(st.message().find("IllegalAddress") != std::string::npos);
+  CHECK(f.scheduler.stats().device_failures == 1);
+}
+
+TEST_CASE("each kind of local worker calibrates its own cost model") {
+  Fixture f(2);
+  std::vector<PrefillJob> jobs;
+  for (uint64_t i = 0; i < 4; ++i) {
+    jobs.push_back(f.rec.Job(i, 100 + 50 * static_cast<uint32_t>(i)));
+    jobs.back().cost = 0.0;  // priced by the cost model of the worker's kind
+  }
+  auto req = f.scheduler.Submit(std::move(jobs), Far());
+  REQUIRE_OK(req);
+  REQUIRE_OK((*req)->Wait());
+  CHECK(f.cost.For(gpu::BackendKind::kCpu).observations() == 4);
+  CHECK(f.cost.For(gpu::BackendKind::kCuda).observations() == 0);
 }
 
 }  // namespace

@@ -12,7 +12,8 @@ namespace hypic::runtime {
 namespace {
 
 TEST_CASE("CPU workers split the thread budget and are named by their ordinal") {
-  auto pool = WorkerPool::Create(PoolOptions{gpu::BackendKind::kCpu, 3, 7});
+  auto pool = WorkerPool::Create(
+      PoolOptions{.kind = gpu::BackendKind::kCpu, .cpu_workers = 3, .cpu_threads = 7});
   REQUIRE_OK(pool);
   REQUIRE((*pool)->size() == 3);
   for (size_t i = 0; i < 3; ++i) {
@@ -27,7 +28,8 @@ TEST_CASE("CPU workers split the thread budget and are named by their ordinal") 
 }
 
 TEST_CASE("a CUDA pool has one worker per device, each on its own stream, plus CPU workers") {
-  auto pool = WorkerPool::Create(PoolOptions{gpu::BackendKind::kCuda, 1, 1});
+  auto pool = WorkerPool::Create(
+      PoolOptions{.kind = gpu::BackendKind::kCuda, .cpu_workers = 1, .cpu_threads = 1});
   if (pool.status().code() == StatusCode::kUnsupported) {
     MESSAGE("skipped: no CUDA device");
     return;
