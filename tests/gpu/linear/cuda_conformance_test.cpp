@@ -240,7 +240,7 @@ TEST_CASE("CUDA forward may update the state in place") {
 }
 
 TEST_CASE("CUDA forward over more chunks than one scratch window holds") {
-  // 64 value heads x 64 chunks of dk = dv = 128 need about 330 MiB of per-chunk scratch, more
+  // 64 value heads x 64 chunks of dk = dv = 128 need about 320 MiB of per-chunk scratch, more
   // than the chunked forward's 256 MiB window: the chains carry over between two windows.
   gpu::Backend* cuda = CudaOrSkip();
   if (cuda == nullptr) return;
