@@ -2,10 +2,15 @@
 // memory is passed as plain float pointers (from gpu::Buffer::data() of the CUDA backend) and
 // the stream as a gpu::Stream&. In builds without CUDA every call returns kUnsupported.
 //
-// The kernels run the per-token recurrence with one thread per state column (linear_math.h's
-// ColumnStep, the code the CPU reference runs): column j of S evolves independently, and so
-// does every column of the dense T_C (the homogeneous recurrence), so one launch produces o,
-// the final state, S(C|0) and T_C together. Composition uses cuBLAS batched over heads.
+// CudaForward runs the chunked WY/UT forward (chunked_forward.cpp's algorithm, fp32, with the
+// per-chunk arithmetic of chunk_math.h) for the scalar-decay and no-decay variants: one kernel
+// builds each (head, chunk)'s state-independent part (A_qk, A_kk, the triangular solve for
+// [U | W]), a second advances the state and the dense T_C over the chunks of each head, tiled
+// over state columns. The diagonal-decay variants (gla, kda), a delta-family dk below 16 and
+// shapes whose tiles do not fit the device's shared memory keep the per-token recurrence, one
+// thread per state column (linear_math.h's ColumnStep, the code the CPU reference runs).
+// Composition uses cuBLAS batched over heads. Layouts and which outputs may be nullptr follow
+// ChunkedForward.
 //
 // Ordering: each call enqueues its work on `stream` (Stream::native_handle) after the work
 // already queued there, on the device of `stream`, and is complete when it returns (it
@@ -22,7 +27,8 @@ namespace hypic::linear {
 bool CudaKernelsBuilt();
 
 // ChunkedForward's contract on device memory: every pointer of `in`, `initial_state` and `out`
-// is a device pointer (nullptr where ChunkedForward allows it), with the same layouts.
+// is a device pointer (nullptr where ChunkedForward allows it), with the same layouts;
+// final_state may alias initial_state. Matches ChunkedForward within 1e-4 relative.
 // Errors: kBadRequest (Validate), kDeviceError, kUnsupported without CUDA.
 Status CudaForward(Variant variant, const Shape& shape, const Inputs& in,
                    const float* initial_state, const Outputs& out, gpu::Stream& stream);

@@ -1,11 +1,16 @@
-// CUDA kernels of the linear-attention operators (gpu/linear/linear_cuda.h). The arithmetic is
-// linear_math.h's (ColumnStep, LogTransitionFactor); the kernels only map threads to indices:
-//   ForwardColumnsKernel  block (head, column tile); thread = one column of the running state,
-//                         of S(C|0) or of the dense T_C; k, q and the diagonal decay of each
-//                         token are staged in shared memory.
-//   LogSumKernel          thread = one (head, row) of a log-form transition: sum of g.
-//   LogApplyKernel        thread = one state element: S <- e^{t} S + S_zero.
-// Dense composition is cuBLAS: S <- T S + S_zero as a strided-batched SGEMM over heads.
+// CUDA kernels of the linear-attention operators (gpu/linear/linear_cuda.h) and the dispatch of
+// CudaForward:
+//   - scalar and absent decays (linear, retnet, mamba2, deltanet, gdn) run the chunked WY/UT
+//     forward of chunked_forward.cu whenever CudaChunkSize allows (dk, dv up to 128 and more,
+//     as shared memory permits);
+//   - diagonal decays (gla, kda), delta-family dk below 16 and oversized tiles run the per-token
+//     recurrence here, with linear_math.h's ColumnStep:
+//       ForwardColumnsKernel  block (head, column tile); thread = one column of the running
+//                             state, of S(C|0) or of the dense T_C; k, q and the diagonal decay
+//                             of each token are staged in shared memory.
+//   - both take the log-form T_C from LogSumKernel (thread = one (head, row): sum of g).
+// Composition: LogApplyKernel (thread = one state element: S <- e^{t} S + S_zero) for the log
+// forms, cuBLAS for the dense one (S <- T S + S_zero as a strided-batched SGEMM over heads).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -13,6 +18,8 @@
 #include <utility>
 
 #include "gpu/cuda/cuda_check.cuh"
+#include "gpu/cuda/linear/chunked_forward.cuh"
+#include "gpu/cuda/linear/device_array.cuh"
 #include "gpu/linear/linear_cuda.h"
 #include "gpu/linear/linear_internal.h"
 #include "gpu/linear/linear_math.h"
@@ -119,26 +126,6 @@ __global__ void LogApplyKernel(TransitionForm form, const float* transition, con
   }
 }
 
-// Device scratch freed on scope exit.
-class DeviceScratch {
- public:
-  DeviceScratch() = default;
-  DeviceScratch(const DeviceScratch&) = delete;
-  DeviceScratch& operator=(const DeviceScratch&) = delete;
-  ~DeviceScratch() {
-    if (p_ != nullptr) cudaFree(p_);
-  }
-  Status Allocate(size_t floats) {
-    if (floats == 0) return Status::Ok();
-    HYPIC_CUDA_RETURN_IF_ERROR(cudaMalloc(&p_, floats * sizeof(float)));
-    return Status::Ok();
-  }
-  float* get() const { return p_; }
-
- private:
-  float* p_ = nullptr;
-};
-
 class CublasHandle {
  public:
   CublasHandle() = default;
@@ -172,23 +159,19 @@ int Blocks(int64_t n) {
   return static_cast<int>(b < 4096 ? (b < 1 ? 1 : b) : 4096);
 }
 
-}  // namespace
-
-bool CudaKernelsBuilt() { return true; }
-
-Status CudaForward(Variant variant, const Shape& shape, const Inputs& in,
-                   const float* initial_state, const Outputs& out, gpu::Stream& stream) {
-  HYPIC_RETURN_IF_ERROR(Validate(variant, shape, in));
-  HYPIC_ASSIGN_OR_RETURN(cudaStream_t s, Prepare(stream));
+// The per-token recurrence: o, the final state, S(C|0) (its own chain from zero when there is an
+// initial state) and the dense T_C in one ForwardColumnsKernel launch. Enqueued on `s`.
+Status PerTokenForward(Variant variant, const Shape& shape, const Inputs& in,
+                       const float* initial_state, const Outputs& out, cudaStream_t s) {
   const TransitionForm form = TransitionFormOf(variant);
   const int64_t state_floats = static_cast<int64_t>(shape.value_heads) * shape.dk * shape.dv;
   const bool zero_chain = out.zero_state != nullptr && initial_state != nullptr;
   const bool dense_t = out.transition != nullptr && form == TransitionForm::kDense;
 
-  DeviceScratch running;
+  DeviceArray<float> running;
   float* state = out.final_state;
   if (state == nullptr) {
-    HYPIC_RETURN_IF_ERROR(running.Allocate(state_floats));
+    HYPIC_RETURN_IF_ERROR(running.Allocate(state_floats, s));
     state = running.get();
   }
   ForwardParams p{in,
@@ -213,11 +196,40 @@ Status CudaForward(Variant variant, const Shape& shape, const Inputs& in,
     HYPIC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.zero_state, state, state_floats * sizeof(float),
                                                cudaMemcpyDeviceToDevice, s));
   }
-  if (out.transition != nullptr && !dense_t && form != TransitionForm::kIdentity) {
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool CudaKernelsBuilt() { return true; }
+
+Status CudaForward(Variant variant, const Shape& shape, const Inputs& in,
+                   const float* initial_state, const Outputs& out, gpu::Stream& stream) {
+  HYPIC_RETURN_IF_ERROR(Validate(variant, shape, in));
+  HYPIC_ASSIGN_OR_RETURN(cudaStream_t s, Prepare(stream));
+  HYPIC_ASSIGN_OR_RETURN(const int chunk, CudaChunkSize(variant, shape, stream.device()));
+  const TransitionForm form = TransitionFormOf(variant);
+  // The log forms of T_C are sums of g, whichever kernel runs the chains; the chunked forward
+  // also reads them for S(C|0) = S_out - e^{sum g} S_init.
+  DeviceArray<float> log_scratch;
+  float* log_t = nullptr;
+  if ((form == TransitionForm::kScalarLog || form == TransitionForm::kDiagLog) &&
+      (out.transition != nullptr || (chunk > 0 && out.zero_state != nullptr))) {
     const int per = form == TransitionForm::kDiagLog ? shape.dk : 1;
+    log_t = out.transition;
+    if (log_t == nullptr) {
+      HYPIC_RETURN_IF_ERROR(log_scratch.Allocate(static_cast<size_t>(shape.value_heads) * per, s));
+      log_t = log_scratch.get();
+    }
     LogSumKernel<<<Blocks(int64_t{shape.value_heads} * per), 256, 0, s>>>(
-        in.g, shape.tokens, shape.value_heads, per, out.transition);
+        in.g, shape.tokens, shape.value_heads, per, log_t);
     HYPIC_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  if (chunk > 0) {
+    HYPIC_RETURN_IF_ERROR(
+        CudaChunkedForward(variant, shape, in, initial_state, out, log_t, chunk, s));
+  } else {
+    HYPIC_RETURN_IF_ERROR(PerTokenForward(variant, shape, in, initial_state, out, s));
   }
   HYPIC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
   return Status::Ok();
@@ -239,8 +251,8 @@ Status CudaApplySegments(TransitionForm form, const Shape& shape, int count,
     HYPIC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
     return Status::Ok();
   }
-  DeviceScratch scratch;
-  HYPIC_RETURN_IF_ERROR(scratch.Allocate(state_floats));
+  DeviceArray<float> scratch;
+  HYPIC_RETURN_IF_ERROR(scratch.Allocate(state_floats, s));
   CublasHandle handle;
   HYPIC_RETURN_IF_ERROR(handle.Create());
   if (const cublasStatus_t cs = cublasSetStream(handle.get(), s); cs != CUBLAS_STATUS_SUCCESS) {
