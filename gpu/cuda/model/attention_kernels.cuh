@@ -5,9 +5,10 @@
 //     streams the K/V tiles of kAttentionKeyTile keys up to the tile's last position, each read
 //     once for every head of the group, with an online softmax per row; no score matrix
 //     outlives a tile.
-//   - decode / seam rows (at most kSplitKMaxRows rows over a long context): split-K. The same
-//     tile kernel over one key range per block writes a partial (max, sum, unnormalised o) per
-//     row to a workspace, and a combine kernel merges the ranges exactly (MergePartial).
+//   - decode / seam rows (at most kSplitKMaxRows rows over more keys than one range holds,
+//     PlanAttentionTiles): split-K. The same tile kernel over one key range per block writes
+//     a partial (max, sum, unnormalised o) per row to a workspace, and a combine kernel merges
+//     the ranges exactly (MergePartial).
 // The arithmetic is attention_tile_math.h's (the CPU test builds both shapes from it); this
 // file is the thread mapping. fp32 FMA products throughout (no tensor cores), so the result is
 // the CPU's fp32 attention up to summation order.
@@ -26,7 +27,9 @@
 
 namespace hypic::model {
 
-// The largest head_dim the kernels take (shared memory and per-thread registers scale with it).
+// The largest head_dim the kernels take (shared memory and per-thread registers scale with it:
+// above 128 a block needs 148 KB of shared memory, which sm_80 and sm_90 have; on a smaller
+// part the launch fails with kDeviceError).
 inline constexpr int64_t kCudaAttentionMaxHeadDim = 256;
 
 // How one call runs: its shape and its cut into blocks (split-K or not).
