@@ -1,11 +1,11 @@
 // The CUDA backend of Model::Pass (gpu/model/cuda_forward.h). Projections are cuBLAS sgemm
 // (fp32, pedantic math: no TF32) on the context's stream; the GDN recurrence is
-// linear::CudaForward; everything else is a small kernel below whose arithmetic is
-// forward_math.h's / linear_math.h's, the code the CPU kernels run. Thread mapping:
-//   RowsKernel-style (one thread per row): the norms and L2 norms, with their double sums in the
-//   same order as the CPU; elementwise kernels (one thread per element) elsewhere; attention is
-//   one warp per (query row, head) with a streaming softmax (OnlineSoftmax), so no score
-//   matrix is materialised whatever the prompt length.
+// linear::CudaForward; attention is attention_kernels.cuh's (flash-style fp32 tiles for a
+// prefill's rows, split-K over the keys with an exact merge for a few seam or decode rows);
+// everything else is a small kernel below whose arithmetic is forward_math.h's /
+// linear_math.h's, the code the CPU kernels run. Thread mapping of those: RowsKernel-style
+// (one thread per row) for the norms and L2 norms, with their double sums in the same order as
+// the CPU; elementwise kernels (one thread per element) elsewhere.
 // MoE routing happens on the host (router logits are copied back), as the CPU pass does it.
 //
 // Memory: the context owns the uploaded weights (one allocation) and the grown scratch; a pass
@@ -24,6 +24,7 @@
 #include "core/thread_annotations.h"
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/cuda/cuda_check.cuh"
+#include "gpu/cuda/model/attention_kernels.cuh"
 #include "gpu/linear/linear_cuda.h"
 #include "gpu/linear/linear_math.h"
 #include "gpu/model/cuda_forward.h"
@@ -134,61 +135,6 @@ __global__ void GdnInputsKernel(GdnInputArgs a, const float* mixed) {
       a.beta[r * nv + hh] = Sigmoid(ba[hh]);
       a.gate[r * nv + hh] = GdnLogDecay(a.a_log[hh], ba[nv + hh], a.dt_bias[hh]);
     }
-  }
-}
-
-constexpr int kMaxHeadDim = 256;  // per-lane registers: kMaxHeadDim / 32 dims
-
-// Query row r, head h: out = softmax(q k^T / sqrt(hd)) v over keys [0, positions[r]].
-__device__ void AttendOne(const AttentionShape& shape, const float* q, const float* k,
-                          const float* v, float* out, const int64_t* positions, int64_t r,
-                          int64_t h) {
-  constexpr int kPer = kMaxHeadDim / 32;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t hd = shape.head_dim, g = h / (shape.heads / shape.kv_heads);
-  const int64_t ldq = shape.heads * hd, ldk = shape.kv_heads * hd;
-  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
-  float qr[kPer], acc[kPer];
-  for (int j = 0; j < kPer; ++j) {
-    const int64_t d = lane + 32 * j;
-    qr[j] = d < hd ? q[r * ldq + h * hd + d] : 0.0f;
-    acc[j] = 0.0f;
-  }
-  OnlineSoftmax softmax;
-  const int64_t keys = positions[r] + 1;
-  for (int64_t key = 0; key < keys; ++key) {
-    const float* kr = k + key * ldk + g * hd;
-    float dot = 0.0f;
-    for (int j = 0; j < kPer; ++j) {
-      const int64_t d = lane + 32 * j;
-      if (d < hd) dot += qr[j] * kr[d];
-    }
-    for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    float weight;
-    const float rescale = softmax.Add(dot * scale, &weight);
-    const float* vr = v + key * ldk + g * hd;
-    for (int j = 0; j < kPer; ++j) {
-      const int64_t d = lane + 32 * j;
-      if (d < hd) acc[j] = acc[j] * rescale + weight * vr[d];
-    }
-  }
-  const float inv = 1.0f / softmax.sum;
-  for (int j = 0; j < kPer; ++j) {
-    const int64_t d = lane + 32 * j;
-    if (d < hd) out[r * ldq + h * hd + d] = acc[j] * inv;
-  }
-}
-
-// One warp per (query row, head): scores against every visible key, streamed. Warps stride
-// over the (row, head) pairs; every lane of a warp takes the same trips, so the shuffles are
-// always full-warp.
-__global__ void AttentionKernel(AttentionShape shape, const float* q, const float* k,
-                                const float* v, float* out, int64_t rows,
-                                const int64_t* positions) {
-  const int64_t first = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
-  for (int64_t warp = first; warp < rows * shape.heads; warp += stride) {
-    AttendOne(shape, q, k, v, out, positions, warp / shape.heads, warp % shape.heads);
   }
 }
 
@@ -519,12 +465,15 @@ class CudaForwardKernels final : public ForwardKernels {
                  float* out, std::span<const int64_t> positions) override {
     const auto rows = static_cast<int64_t>(positions.size());
     if (!ok() || rows <= 0) return;
-    if (shape.head_dim > kMaxHeadDim) {
-      Record(Unsupported("CUDA attention supports head_dim up to " + std::to_string(kMaxHeadDim)));
+    if (shape.head_dim > kCudaAttentionMaxHeadDim) {
+      Record(Unsupported("CUDA attention supports head_dim up to " +
+                         std::to_string(kCudaAttentionMaxHeadDim)));
       return;
     }
+    const CudaAttentionPlan plan = PlanCudaAttention(shape, rows, positions.back() + 1);
     const int64_t* d = Upload(positions.data(), rows);
-    if (ok()) Launch(AttentionKernel, rows * shape.heads * 32, shape, q, k, v, out, rows, d);
+    float* workspace = Alloc<float>(plan.WorkspaceFloats());  // none on the prefill path
+    if (ok()) Record(LaunchCudaAttention(plan, q, k, v, out, d, workspace, s_));
   }
 
   void SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows,
