@@ -25,8 +25,11 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   set(HYPIC_WARNINGS -Wall -Wextra -Wpedantic -Wno-unused-parameter -Wshadow-uncaptured-local
       -Wnon-virtual-dtor -Wthread-safety)
 endif()
+# nvcc: its own warnings, and the host compiler's on the host side of our .cu files.
+set(HYPIC_CUDA_WARNINGS -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter,-Wshadow=local)
 if(HYPIC_WERROR)
   list(APPEND HYPIC_WARNINGS -Werror)
+  list(APPEND HYPIC_CUDA_WARNINGS -Werror=all-warnings -Xcompiler=-Werror)
 endif()
 
 set(HYPIC_SANITIZE_FLAGS "")

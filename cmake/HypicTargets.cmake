@@ -3,7 +3,8 @@
 #   hypic_executable(NAME SOURCES ... DEPS ...)
 #   hypic_test(NAME SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s])  -> doctest binary + ctest entries
 function(hypic_apply_flags target)
-  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${HYPIC_WARNINGS}>)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${HYPIC_WARNINGS}>
+                                            $<$<COMPILE_LANGUAGE:CUDA>:${HYPIC_CUDA_WARNINGS}>)
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
   if(HYPIC_WITH_CUDA)
     target_compile_definitions(${target} PUBLIC HYPIC_WITH_CUDA=1)

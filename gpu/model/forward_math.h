@@ -96,21 +96,4 @@ HYPIC_HD_INLINE float SharedExpertGate(const float* x, const float* w, int64_t d
   return Sigmoid(static_cast<float>(DotInDouble(x, w, dim)));
 }
 
-// A streaming softmax over scores s_0, s_1, ... (the device attention's one-pass form): after
-// Add(s) for every score, sum() is sum_j e^{s_j - max()}. Add returns the factor that rescales
-// anything accumulated so far (weights e^{s_j - old max}) and writes the new score's weight.
-struct OnlineSoftmax {
-  float max = -INFINITY;
-  float sum = 0.0f;
-
-  HYPIC_HD_INLINE float Add(float score, float* weight) {
-    const float m = fmaxf(max, score);
-    const float rescale = FastExp(max - m);  // 0 for the first score (max = -inf, clamped)
-    *weight = FastExp(score - m);
-    sum = sum * rescale + *weight;
-    max = m;
-    return rescale;
-  }
-};
-
 }  // namespace hypic::model

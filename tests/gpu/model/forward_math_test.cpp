@@ -95,33 +95,5 @@ TEST_CASE("RoPE pieces: inverse frequencies and the rotation of one pair") {
   CHECK(b == doctest::Approx(-1.7).epsilon(1e-5));
 }
 
-TEST_CASE("OnlineSoftmax equals the two-pass softmax") {
-  hypic::testing::SeededRng rng(9);
-  for (int n : {1, 2, 17, 300}) {
-    std::vector<float> scores = rng.NormalVector(static_cast<size_t>(n), 4.0f);
-    std::vector<float> values = rng.NormalVector(static_cast<size_t>(n));
-    // The streamed weighted sum of values, rescaled as the maximum moves.
-    OnlineSoftmax sm;
-    float acc = 0.0f;
-    for (int j = 0; j < n; ++j) {
-      float weight = 0.0f;
-      const float rescale = sm.Add(scores[static_cast<size_t>(j)], &weight);
-      acc = acc * rescale + weight * values[static_cast<size_t>(j)];
-    }
-    double mx = scores[0];
-    for (float s : scores) mx = std::max(mx, static_cast<double>(s));
-    double sum = 0.0, want = 0.0;
-    for (int j = 0; j < n; ++j) {
-      const double e = std::exp(scores[static_cast<size_t>(j)] - mx);
-      sum += e;
-      want += e * values[static_cast<size_t>(j)];
-    }
-    INFO("n = ", n);
-    CHECK(sm.max == static_cast<float>(mx));
-    CHECK(Rel(sm.sum, sum) < 1e-5);
-    CHECK(std::abs(acc / sm.sum - want / sum) < 1e-5);
-  }
-}
-
 }  // namespace
 }  // namespace hypic::model
