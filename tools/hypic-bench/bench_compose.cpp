@@ -295,7 +295,8 @@ int Run(const Options& opt) {
     plain_runs.insert(plain_runs.end(), p.begin(), p.end());
     with_t_runs.insert(with_t_runs.end(), t.begin(), t.end());
   }
-  const Timing t_overhead = PairedOverheadPct(plain_runs, with_t_runs);
+  // --t-segments 0 skips the measurement (nothing is reported for it).
+  const Timing t_overhead = t_segs > 0 ? PairedOverheadPct(plain_runs, with_t_runs) : Timing{};
   const double t_overhead_cpu = t_overhead.cpu;
   const double t_overhead_wall = t_overhead.wall;
   // Entry precision: per --entry-dtype, entries prefilled in that precision and composed
@@ -405,12 +406,14 @@ int Run(const Options& opt) {
           {"live_tokens", r.live},
           {"cached_tokens", r.cached}};
     }
-    j["segment_prefill_ms"] = {{"plain", plain.wall / t_segs * 1e3},
-                               {"with_t", with_t.wall / t_segs * 1e3},
-                               {"plain_cpu", plain.cpu / t_segs * 1e3},
-                               {"with_t_cpu", with_t.cpu / t_segs * 1e3}};
-    j["t_overhead_pct"] = t_overhead_wall;
-    j["t_overhead_cpu_pct"] = t_overhead_cpu;
+    if (t_segs > 0) {
+      j["segment_prefill_ms"] = {{"plain", plain.wall / t_segs * 1e3},
+                                 {"with_t", with_t.wall / t_segs * 1e3},
+                                 {"plain_cpu", plain.cpu / t_segs * 1e3},
+                                 {"with_t_cpu", with_t.cpu / t_segs * 1e3}};
+      j["t_overhead_pct"] = t_overhead_wall;
+      j["t_overhead_cpu_pct"] = t_overhead_cpu;
+    }
     j["entry_bytes_per_segment"] = entry_bytes;
     j["full_prefill"] = {{"tokens_per_s", static_cast<double>(total) / full.wall},
                          {"tokens_per_cpu_s", static_cast<double>(total) / full.cpu},
@@ -434,11 +437,13 @@ int Run(const Options& opt) {
         full.wall / r.ttft.wall, full.cpu / r.ttft.cpu, r.kl, r.top1 ? "yes" : "no", r.max_dlogit,
         r.live, r.cached);
   }
-  fmt::print(
-      "segment prefill ({} x {} tokens): plain {:.1f} ms ({:.1f} CPU), with T {:.1f} ms "
-      "({:.1f} CPU) -> T overhead {:.1f}% wall, {:.1f}% CPU\n",
-      t_segs, opt.segment_len, plain.wall / t_segs * 1e3, plain.cpu / t_segs * 1e3,
-      with_t.wall / t_segs * 1e3, with_t.cpu / t_segs * 1e3, t_overhead_wall, t_overhead_cpu);
+  if (t_segs > 0) {
+    fmt::print(
+        "segment prefill ({} x {} tokens): plain {:.1f} ms ({:.1f} CPU), with T {:.1f} ms "
+        "({:.1f} CPU) -> T overhead {:.1f}% wall, {:.1f}% CPU\n",
+        t_segs, opt.segment_len, plain.wall / t_segs * 1e3, plain.cpu / t_segs * 1e3,
+        with_t.wall / t_segs * 1e3, with_t.cpu / t_segs * 1e3, t_overhead_wall, t_overhead_cpu);
+  }
   fmt::print("entry bytes per segment: {} ({:.2f} MiB)\n", entry_bytes, entry_bytes / 1048576.0);
   fmt::print("entry precision (hypic; errors of the composed state against f32 entries):\n");
   fmt::print("{:<32} {:>12} {:>6} {:>9} {:>11} {:>11} {:>5} {:>10} {:>10} {:>10} {:>10}\n",
