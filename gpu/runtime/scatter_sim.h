@@ -20,10 +20,10 @@
 // the MissScheduler's cost matrix does.
 //
 // Transfer model: an entry of B bytes takes latency + B / bandwidth. Where the transport runs
-// on the worker's own thread (HostTransport), the copy occupies the worker; otherwise (NCCL,
-// its own stream) the entries share the combine's ingress link, first come first served, and
-// the worker goes on computing. Streaming can be switched off to model the synchronous burst
-// at the end that streaming avoids. Pure function; thread-safe.
+// on the worker's own thread (HostTransport), the copy occupies the worker; otherwise (the device
+// transport, its own streams) the entries share the combine's ingress link, first come first
+// served, and the worker goes on computing. Streaming can be switched off to model the synchronous
+// burst at the end that streaming avoids. Pure function; thread-safe.
 #pragma once
 
 #include <cstddef>

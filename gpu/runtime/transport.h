@@ -2,10 +2,12 @@
 // entry at a time as soon as it is ready (streamed, so transfer overlaps the other workers'
 // compute rather than happening in one burst at the end).
 //
-// HostTransport (CPU mode) copies the entry's tensors into fresh host buffers owned by the
-// combine side: the worker's entry goes to the store at the same time, and the combine never
-// shares memory with a buffer the store may demote, compress or free. The NCCL transport
-// (gpu/cuda/runtime/nccl_transport.h, CUDA builds) moves the tensors GPU to GPU.
+// HostTransport copies the entry's tensors into fresh host buffers owned by the combine side:
+// the worker's entry goes to the store at the same time, and the combine never shares memory
+// with a buffer the store may demote, compress or free. hypicd uses it on the CPU and on GPUs
+// alike today (a GPU worker's entry is in host memory when its pass finishes). The device
+// transport (gpu/cuda/runtime/device_transport.h, CUDA builds) moves tensors into the combine
+// device's memory, peer to peer from other devices; the entry says where each tensor lives.
 //
 // Thread-safety: Deliver may be called concurrently from every worker thread.
 #pragma once

@@ -148,12 +148,6 @@ class CublasHandle {
   cublasHandle_t h_ = nullptr;
 };
 
-// The CUDA stream of `stream` (work is enqueued in its order), on its device.
-Result<cudaStream_t> Prepare(gpu::Stream& stream) {
-  HYPIC_CUDA_RETURN_IF_ERROR(cudaSetDevice(stream.device()));
-  return static_cast<cudaStream_t>(stream.native_handle());
-}
-
 int Blocks(int64_t n) {
   const int64_t b = (n + 255) / 256;
   return static_cast<int>(b < 4096 ? (b < 1 ? 1 : b) : 4096);
@@ -206,7 +200,9 @@ bool CudaKernelsBuilt() { return true; }
 Status CudaForward(Variant variant, const Shape& shape, const Inputs& in,
                    const float* initial_state, const Outputs& out, gpu::Stream& stream) {
   HYPIC_RETURN_IF_ERROR(Validate(variant, shape, in));
-  HYPIC_ASSIGN_OR_RETURN(cudaStream_t s, Prepare(stream));
+  gpu::ScopedDevice on(stream.device());  // work is enqueued on `stream`, on its device
+  HYPIC_RETURN_IF_ERROR(on.status());
+  auto s = static_cast<cudaStream_t>(stream.native_handle());
   HYPIC_ASSIGN_OR_RETURN(const int chunk, CudaChunkSize(variant, shape, stream.device()));
   const TransitionForm form = TransitionFormOf(variant);
   // The log forms of T_C are sums of g, whichever kernel runs the chains; the chunked forward
@@ -239,7 +235,9 @@ Status CudaApplySegments(TransitionForm form, const Shape& shape, int count,
                          const float* const* transitions, const float* const* zero_states,
                          float* state, gpu::Stream& stream) {
   HYPIC_RETURN_IF_ERROR(ValidateShape(shape));
-  HYPIC_ASSIGN_OR_RETURN(cudaStream_t s, Prepare(stream));
+  gpu::ScopedDevice on(stream.device());  // work is enqueued on `stream`, on its device
+  HYPIC_RETURN_IF_ERROR(on.status());
+  auto s = static_cast<cudaStream_t>(stream.native_handle());
   const int HV = shape.value_heads, dk = shape.dk, dv = shape.dv;
   const int64_t state_floats = static_cast<int64_t>(HV) * dk * dv;
   if (form != TransitionForm::kDense) {

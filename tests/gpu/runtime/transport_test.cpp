@@ -1,14 +1,17 @@
-// Transports: the host copy in CPU mode, and the NCCL GPU-to-GPU move where two devices exist.
+// Transports: the host copy, and the device transport's moves into the combine device (from
+// host memory, from its own device and, with two devices, peer to peer), concurrently too.
 #include "gpu/runtime/transport.h"
 
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "tests/support/check_ok.h"
 #include "tests/support/seeded_rng.h"
-#if defined(HYPIC_WITH_NCCL)
-#include "gpu/cuda/runtime/nccl_transport.h"
+#if defined(HYPIC_WITH_CUDA)
+#include "gpu/cuda/runtime/device_transport.h"
 #endif
 
 namespace hypic::runtime {
@@ -70,28 +73,62 @@ TEST_CASE("the host copy refuses tensors in device memory") {
   CHECK(CopyEntryToHost(*entry).status().code() == StatusCode::kBadRequest);
 }
 
-TEST_CASE("NCCL moves an entry from GPU 1 to GPU 0 unchanged") {
-#if defined(HYPIC_WITH_NCCL)
-  auto transport = gpu::MakeNcclTransport(0);
-  if (transport.status().code() == StatusCode::kUnsupported) {
-    MESSAGE("skipped: " << transport.status().message());
+TEST_CASE("the device transport moves entries into the combine device from host and devices") {
+#if defined(HYPIC_WITH_CUDA)
+  auto to0 = gpu::MakeDeviceTransport(0);
+  if (to0.status().code() == StatusCode::kUnsupported) {
+    MESSAGE("skipped: " << to0.status().message());
     return;
   }
-  REQUIRE_OK(transport);
-  EntryPtr e = MakeEntry(9);
-  for (int from : {1, 0}) {  // across GPUs over NCCL, and within the combine's own device
-    auto moved = (*transport)->Deliver(e, from);
-    REQUIRE_OK(moved);
-    for (const EntryTensor& t : (*moved)->tensors()) {
+  REQUIRE_OK(to0);
+  auto check_on0 = [](const EntryPtr& moved, const SegmentEntry& want) {
+    for (const EntryTensor& t : moved->tensors()) {
       CHECK(t.view.memory() == MemoryKind::kDevice);
       CHECK(t.view.device() == 0);
     }
-    auto back = gpu::DownloadEntry(**moved);
+    auto back = gpu::DownloadEntry(*moved);
     REQUIRE_OK(back);
-    CheckSameContents(*e, **back);
+    CheckSameContents(want, **back);
+  };
+  const EntryPtr host = MakeEntry(9);
+  auto on0 = (*to0)->Deliver(host, 0);  // host to device
+  REQUIRE_OK(on0);
+  check_on0(*on0, *host);
+  auto again = (*to0)->Deliver(*on0, 0);  // within the combine's own device
+  REQUIRE_OK(again);
+  check_on0(*again, *host);
+  auto to1 = gpu::MakeDeviceTransport(1);
+  if (to1.ok()) {  // peer to peer
+    auto on1 = (*to1)->Deliver(host, 0);
+    REQUIRE_OK(on1);
+    CHECK((*on1)->tensors()[0].view.device() == 1);
+    auto moved = (*to0)->Deliver(*on1, 1);
+    REQUIRE_OK(moved);
+    check_on0(*moved, *host);
+  } else {
+    MESSAGE("peer copy skipped: " << to1.status().message());
   }
+  // Concurrent deliveries (blocks reused from the pool as entries are dropped).
+  std::vector<std::thread> threads;
+  std::vector<Status> results(4);
+  for (size_t t = 0; t < results.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 8 && results[t].ok(); ++i) {
+        const EntryPtr e = MakeEntry(100 + t * 8 + static_cast<uint64_t>(i));
+        auto moved = (*to0)->Deliver(e, static_cast<int>(t));
+        if (!moved.ok()) {
+          results[t] = moved.status();
+          break;
+        }
+        auto back = gpu::DownloadEntry(**moved);
+        if (!back.ok()) results[t] = back.status();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const Status& st : results) CHECK_OK(st);
 #else
-  MESSAGE("skipped: no CUDA device (built without CUDA/NCCL)");
+  MESSAGE("skipped: no CUDA device (built without CUDA)");
 #endif
 }
 
