@@ -5,7 +5,7 @@
 #                                x86-64-v3 host code so it runs on any recent host CPU), the
 #                                device test binaries, hypicd and hypic-bench stripped, and the
 #                                non-system, non-CUDA shared libraries they load, packed into
-#                                gpu-check/ (git-ignored; refused above 60 MiB).
+#                                gpu-check/pack.tar.xz (git-ignored; refused above 60 MiB).
 #   scripts/gpu-check.sh run     on the GPU machine (no package manager there; it has the CUDA
 #                                13 toolkit and driver): nvidia-smi, ldd of every binary, the
 #                                conformance tests, compute-sanitizer memcheck on the linear and
@@ -18,7 +18,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-pack=$root/gpu-check
+staged=$root/gpu-check          # what travels: pack.tar.xz
+pack=${GPU_CHECK_DIR:-/tmp/hypic-gpu-check}   # where it is unpacked (stage builds it here too)
 tests=(backend_test linear_cuda_conformance_test linear_chunk_math_test model_cuda_forward_test
        model_attention_tile_math_test runtime_worker_test runtime_transport_test
        runtime_miss_scheduler_test runtime_cold_compose_test device_e2e_test)
@@ -52,13 +53,15 @@ stage() {
   # own are older (run() checks), so they sit apart.
   mkdir -p "$pack/lib-fallback"
   mv "$pack"/lib/libstdc++.so.* "$pack"/lib/libgcc_s.so.* "$pack/lib-fallback/" 2>/dev/null || true
-  cp scripts/gpu-check.sh "$pack/"
   git rev-parse HEAD > "$pack/COMMIT"
+  rm -rf "$staged"
+  mkdir -p "$staged"
+  XZ_OPT=-T0 tar -C "$pack" -cJf "$staged/pack.tar.xz" .
   local mib
-  mib=$(du -sm "$pack" | cut -f1)
-  echo "gpu-check: staged $(ls "$pack/bin" | wc -l) binaries, $(ls "$pack/lib" | wc -l) libraries, ${mib} MiB in $pack"
+  mib=$(du -sm "$staged" | cut -f1)
+  echo "gpu-check: staged $(ls "$pack/bin" | wc -l) binaries, $(ls "$pack/lib" | wc -l) libraries: $staged/pack.tar.xz, ${mib} MiB ($(du -sm "$pack" | cut -f1) MiB unpacked)"
   if [ "$mib" -ge "$max_mib" ]; then
-    echo "gpu-check: $pack is ${mib} MiB, over the ${max_mib} MiB the device tool carries" >&2
+    echo "gpu-check: $staged is ${mib} MiB, over the ${max_mib} MiB the device tool carries" >&2
     exit 1
   fi
 }
@@ -75,7 +78,10 @@ step() {
 }
 
 run() {
-  [ -d "$pack/bin" ] || { echo "gpu-check: no $pack (run 'stage' first and carry it)" >&2; exit 1; }
+  [ -f "$staged/pack.tar.xz" ] || { echo "gpu-check: no $staged/pack.tar.xz (run 'stage' first and carry gpu-check)" >&2; exit 1; }
+  rm -rf "$pack"
+  mkdir -p "$pack"
+  tar -C "$pack" -xJf "$staged/pack.tar.xz"
   out=${OUT:-$root/gpu-check-out}
   mkdir -p "$out"
   : > "$out/summary.txt"
@@ -124,16 +130,16 @@ torch.cuda.synchronize(); t = time.perf_counter(); n = 10
 for _ in range(n): a @ b
 torch.cuda.synchronize(); s = (time.perf_counter() - t) / n
 print(f"bf16 GEMM 8192^3 (torch {torch.__version__}, {torch.cuda.get_device_name()}): {2 * 8192**3 / s / 1e12:.0f} TFLOP/s")'
-  if [ -s "$out/bench-compose.log" ]; then
-    python3 - "$out" <<'PY' | tee -a "$out/summary.txt"
+  if grep -q '"full_prefill"' "$out/bench-compose.log"; then
+    python3 - "$out" <<'PY' 2>&1 | tee -a "$out/summary.txt" || true
 import json, re, sys, pathlib
 out = pathlib.Path(sys.argv[1])
 text = (out / "bench-compose.log").read_text()
 j = json.loads(text[text.index("{"):text.rindex("}") + 1])
 full = j["full_prefill"]
-peak = re.search(r"(\d+) TFLOP/s", (out / "gemm-peak.log").read_text())
+peak = re.search(r"(\d+) TFLOP/s", (out / "gemm-peak.log").read_text(errors="replace"))
 tflops = full["gflops"] / 1e3
-print(f"full prefill {j.get('total_tokens', '?')} tokens: {full['tokens_per_s']:.0f} tokens/s, "
+print(f"full prefill {j.get('tokens', '?')} tokens: {full['tokens_per_s']:.0f} tokens/s, "
       f"{tflops:.1f} TFLOP/s" + (f" = {100 * tflops / float(peak.group(1)):.1f}% of the bf16 GEMM peak" if peak else ""))
 for mode, r in j.get("modes", {}).items():
     print(f"{mode}: TTFT {r.get('ttft_ms', float('nan')):.2f} ms")
