@@ -315,14 +315,14 @@ Model::Pass::LayerOut Model::Pass::AttentionLayer(int64_t li, const float* xn, f
       }
       k.Rope(q + b.row0 * qw, qw, b.n, nh, hd, rot, c.rope_theta, b.pos0);
       k.Rope(kk + b.row0 * kw, kw, b.n, nkv, hd, rot, c.rope_theta, b.pos0);
-      k.Copy2D(kdst, floats, kk + b.row0 * kw, floats, 1, floats);
-      k.Copy2D(vdst, floats, v + b.row0 * kw, floats, 1, floats);
+      // Copied as b.n rows of kw, so the rows split over the compute threads.
+      k.Copy2D(kdst, kw, kk + b.row0 * kw, kw, b.n, kw);
+      k.Copy2D(vdst, kw, v + b.row0 * kw, kw, b.n, kw);
     } else {
       const auto layer = static_cast<uint32_t>(li);
-      k.Copy2D(kdst, floats, EntryInput(*b.entry->Find(layer, TensorKind::kKey), floats), floats, 1,
-               floats);
-      k.Copy2D(vdst, floats, EntryInput(*b.entry->Find(layer, TensorKind::kValue), floats), floats,
-               1, floats);
+      k.Copy2D(kdst, kw, EntryInput(*b.entry->Find(layer, TensorKind::kKey), floats), kw, b.n, kw);
+      k.Copy2D(vdst, kw, EntryInput(*b.entry->Find(layer, TensorKind::kValue), floats), kw, b.n,
+               kw);
       k.Rope(kdst, kw, b.n, nkv, hd, rot, c.rope_theta, b.pos0);
     }
   }

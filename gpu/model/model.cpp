@@ -164,7 +164,7 @@ Result<ModelState> Model::StateFromTensors(int64_t n_positions,
     }
     const bool linear = c.layer_kinds[t.layer] == LayerKind::kLinear;
     LayerState& ls = s.layers[t.layer];
-    std::vector<float>* dst = nullptr;
+    UninitializedVector<float>* dst = nullptr;
     Shape want;
     uint8_t bit = 0;
     if (linear && t.kind == TensorKind::kState) {

@@ -55,6 +55,7 @@
 #include "core/segment_entry.h"
 #include "core/segment_key.h"
 #include "core/status.h"
+#include "core/uninitialized_vector.h"
 #include "gpu/model/checkpoint.h"
 #include "gpu/model/compute_device.h"
 #include "gpu/model/config.h"
@@ -65,11 +66,13 @@ namespace hypic::model {
 class DeviceContextCache;  // forward_kernels.h
 
 // The running state of a prompt after its first n_positions tokens.
+// A layer's state. Growing a buffer does not zero it (core/uninitialized_vector.h): whoever
+// grows one writes what it adds (a pass every K/V position it appends).
 struct LayerState {
-  std::vector<float> state;  // linear: [HV, dk, dv]
-  std::vector<float> conv;   // linear: [K-1, conv_channels], the last K-1 pre-conv inputs
-  std::vector<float> k;      // attention: [n_positions, nkv, hd], post-RoPE, absolute positions
-  std::vector<float> v;      // attention: [n_positions, nkv, hd]
+  UninitializedVector<float> state;  // linear: [HV, dk, dv]
+  UninitializedVector<float> conv;   // linear: [K-1, conv_channels], the last K-1 pre-conv inputs
+  UninitializedVector<float> k;      // attention: [n_positions, nkv, hd], post-RoPE, absolute
+  UninitializedVector<float> v;      // attention: [n_positions, nkv, hd]
 };
 
 struct ModelState {

@@ -38,7 +38,7 @@ Hash128 ChainHash(const Hash128& parent, std::span<const uint32_t> tokens) {
 }
 
 template <typename T>
-uint64_t VecBytes(const std::vector<T>& v) {
+uint64_t VecBytes(const T& v) {
   return v.size() * sizeof(T);
 }
 

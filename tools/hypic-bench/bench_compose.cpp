@@ -111,7 +111,7 @@ struct ModeResult {
 
 // ||a - b|| / ||b|| (Frobenius) over one field of every layer of two states.
 double RelError(const model::ModelState& a, const model::ModelState& b,
-                std::vector<float> model::LayerState::*field) {
+                UninitializedVector<float> model::LayerState::*field) {
   double diff = 0, ref = 0;
   for (size_t li = 0; li < a.layers.size() && li < b.layers.size(); ++li) {
     const auto& x = a.layers[li].*field;

@@ -97,8 +97,8 @@ Result<Request> ParseRequest(const std::string& text, int64_t vocab) {
 Status WriteOutput(const std::string& path, const model::Model& m, const model::ComposeResult& r) {
   const model::ModelConfig& c = m.config();
   SafetensorsWriter w;
-  auto add = [&w](std::string name, const Shape& shape, const std::vector<float>& data) {
-    return w.Add(std::move(name), DType::kF32, shape, std::as_bytes(std::span<const float>(data)));
+  auto add = [&w](std::string name, const Shape& shape, std::span<const float> data) {
+    return w.Add(std::move(name), DType::kF32, shape, std::as_bytes(data));
   };
   HYPIC_RETURN_IF_ERROR(add("logits", Shape{c.vocab_size}, r.logits));
   for (int64_t li = 0; li < c.num_layers; ++li) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -89,7 +90,7 @@ inline double Kl(const std::vector<float>& p_logits, const std::vector<float>& q
 }
 
 // max |a - b| / max(max |b|, 1e-6): a relative error over a whole tensor.
-inline double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
+inline double RelErr(std::span<const float> a, std::span<const float> b) {
   double diff = 0.0, scale = 1e-6;
   for (size_t i = 0; i < a.size(); ++i) {
     diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));

@@ -98,7 +98,7 @@ model::SegmentOptions Seg() {
 }
 
 // Max |a - b| over max |b|.
-double RelDiff(const std::vector<float>& a, const std::vector<float>& b) {
+double RelDiff(std::span<const float> a, std::span<const float> b) {
   double diff = 0.0, scale = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
     diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
@@ -242,8 +242,8 @@ TEST_CASE("a cold compose hands over each layer once, from the last fold step on
     for (size_t l = 0; l < first.size(); ++l) {
       CAPTURE(l);
       const model::LayerState& ls = cold->state.layers[l];
-      CHECK(first[l] ==
-            (m->config().layer_kinds[l] == model::LayerKind::kLinear ? ls.state : ls.k));
+      CHECK(std::ranges::equal(
+          first[l], m->config().layer_kinds[l] == model::LayerKind::kLinear ? ls.state : ls.k));
     }
   }
 }
