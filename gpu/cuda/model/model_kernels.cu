@@ -337,7 +337,7 @@ class CudaForwardKernels final : public ForwardKernels {
           cudaMemcpyAsync(pinned, data, Bytes<float>(n), cudaMemcpyDeviceToHost, s_)));
     }
     Record(HYPIC_CUDA_STATUS(cudaStreamSynchronize(s_)));  // runs even after an error
-    if (ok()) std::memcpy(staging->data(), pinned, Bytes<float>(n));
+    if (ok() && pinned != nullptr) std::memcpy(staging->data(), pinned, Bytes<float>(n));
     ctx_->staging_->Reset();  // nothing is pending on the stream
     return staging->data();
   }
