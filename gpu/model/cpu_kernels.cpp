@@ -346,6 +346,43 @@ void CpuForwardKernels::SwiGlu(float* gu, int64_t rows, int64_t im) {
   });
 }
 
+void CpuForwardKernels::MoeExperts(const MoeArgs& a) {
+  const auto ne = static_cast<int64_t>(a.experts.size());
+  const int top = static_cast<int>(a.top_k);
+  if (top < 1 || top > ne) {
+    if (status_.ok()) status_ = Internal("MoE top_k out of [1, experts]");
+    return;
+  }
+  // Group the rows by expert, in row order: each expert runs as one GEMM pair over its rows.
+  auto& rows = scratch_.expert_rows;
+  auto& weights = scratch_.expert_weights;
+  rows.resize(static_cast<size_t>(ne));
+  weights.resize(static_cast<size_t>(ne));
+  for (int64_t e = 0; e < ne; ++e) {
+    rows[static_cast<size_t>(e)].clear();
+    weights[static_cast<size_t>(e)].clear();
+  }
+  std::vector<int32_t> chosen(static_cast<size_t>(top));
+  std::vector<float> weight(static_cast<size_t>(top));
+  for (int64_t r = 0; r < a.rows; ++r) {
+    RouteRow(a.logits + r * ne, ne, top, a.norm_topk_prob, chosen.data(), weight.data());
+    for (int j = 0; j < top; ++j) {
+      const auto e = static_cast<size_t>(chosen[static_cast<size_t>(j)]);
+      rows[e].push_back(r);
+      weights[e].push_back(weight[static_cast<size_t>(j)]);
+    }
+  }
+  std::vector<ExpertWork> work;
+  for (int64_t e = 0; e < ne; ++e) {
+    if (rows[static_cast<size_t>(e)].empty()) continue;
+    const ExpertWeights& ew = a.experts[static_cast<size_t>(e)];
+    work.push_back({ew.gate_up, ew.down, a.intermediate, rows[static_cast<size_t>(e)],
+                    weights[static_cast<size_t>(e)]});
+  }
+  Fill(a.y, a.rows * a.hidden, 0.0f);
+  RoutedExperts(a.x, work, a.hidden, a.y);
+}
+
 void CpuForwardKernels::RoutedExperts(const float* x, std::span<const ExpertWork> experts,
                                       int64_t hidden, float* y) {
   // Few rows per expert (a compose, a decode step): each expert on one thread, side by side.

@@ -30,6 +30,16 @@ void RmsNormZeroCentred(const float* x, int64_t ldx, const float* w, float* y, i
 void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
                int64_t rotary_dim, double theta, int64_t pos0);
 
+// One routed expert's share of an MoE layer on the CPU: its weights, the rows of x routed to
+// it (no duplicates) and their routing weights.
+struct ExpertWork {
+  DeviceWeight gate_up;  // [2I, hidden]: gate rows then up rows
+  DeviceWeight down;     // [hidden, I]
+  int64_t intermediate = 0;
+  std::span<const int64_t> rows;
+  std::span<const float> weights;
+};
+
 // ForwardKernels on the host: every pointer is host memory, memory calls return the host data
 // itself, steps call the functions above (and linear::ChunkedForward, short_conv.h).
 class CpuForwardKernels final : public ForwardKernels {
@@ -72,10 +82,15 @@ class CpuForwardKernels final : public ForwardKernels {
                  float* out, std::span<const int64_t> positions) override;
   void SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows, int64_t cols) override;
   void SwiGlu(float* gu, int64_t rows, int64_t im) override;
-  void RoutedExperts(const float* x, std::span<const ExpertWork> experts, int64_t hidden,
-                     float* y) override;
+  void MoeExperts(const MoeArgs& args) override;
   void SharedExpertAdd(const float* x, const float* gate_w, const float* out, float* y,
                        int64_t rows, int64_t dim) override;
+
+  // MoeExperts once routed, as one grouped step: for each expert e in order,
+  // y[r] += w * down(silu(gate(x[r])) * up(x[r])) over its rows r (x and y rows of `hidden`).
+  // The experts run side by side, each on one thread, when they have few rows; the sums into y
+  // still go in expert order, so the bits do not depend on the thread count.
+  void RoutedExperts(const float* x, std::span<const ExpertWork> experts, int64_t hidden, float* y);
 
  private:
   // Working buffers, uninitialised, kept by the thread between passes (ScratchSet in the .cpp):
@@ -92,9 +107,11 @@ class CpuForwardKernels final : public ForwardKernels {
   };
   struct ScratchSet {
     std::vector<Buffer> slots;
-    std::vector<uint16_t> x_bf16;                // a bf16 GEMM's activations
-    std::vector<std::vector<float>> expert_out;  // RoutedExperts' per-expert outputs
-    std::vector<uint32_t> kv_pack;               // bf16 attention's packed K and V
+    std::vector<uint16_t> x_bf16;                   // a bf16 GEMM's activations
+    std::vector<std::vector<float>> expert_out;     // RoutedExperts' per-expert outputs
+    std::vector<std::vector<int64_t>> expert_rows;  // MoeExperts' routing, per expert
+    std::vector<std::vector<float>> expert_weights;
+    std::vector<uint32_t> kv_pack;  // bf16 attention's packed K and V
   };
   static ScratchSet& ThreadScratch();
   ScratchSet scratch_;

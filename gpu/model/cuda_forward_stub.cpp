@@ -5,7 +5,8 @@ namespace hypic::model {
 
 bool CudaModelKernelsBuilt() { return false; }
 
-Result<std::shared_ptr<DeviceContext>> CreateCudaContext(const ModelWeights&, int) {
+Result<std::shared_ptr<DeviceContext>> CreateCudaContext(const ModelWeights&, int,
+                                                         const CudaContextOptions&) {
   return Unsupported("this build has no CUDA kernels for the model (configure with HYPIC_CUDA=ON)");
 }
 

@@ -1,9 +1,7 @@
 #include "gpu/model/forward.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
 #include "gpu/linear/linear_attention.h"
 #include "gpu/linear/short_conv.h"
@@ -363,50 +361,19 @@ void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {
   const int64_t ne = c.num_experts, top = c.experts_per_token;
   float* router = Scratch(kRouter, rows * ne);
   k.Gemm(rows, ne, h, xn, h, Weight(m.router), h, router, ne);
-  const float* logits = k.ToHost(router, rows * ne, &router_host_);
-
-  // Route on the host: fp32 softmax, top-k, renormalised when norm_topk_prob. Then group rows
-  // by expert: each expert runs as one GEMM pair over its tokens, all of them in one grouped
-  // step.
-  std::vector<std::vector<int64_t>> expert_rows(static_cast<size_t>(ne));
-  std::vector<std::vector<float>> expert_weights(static_cast<size_t>(ne));
-  std::vector<int64_t> order(static_cast<size_t>(ne));
-  std::vector<float> prob(static_cast<size_t>(ne));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* lr = logits + r * ne;
-    const float mx = *std::max_element(lr, lr + ne);
-    double sum = 0.0;
-    for (int64_t e = 0; e < ne; ++e) sum += prob[static_cast<size_t>(e)] = std::exp(lr[e] - mx);
-    for (float& p : prob) p = static_cast<float>(p / sum);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int64_t a, int64_t b) {
-      const float pa = prob[static_cast<size_t>(a)], pb = prob[static_cast<size_t>(b)];
-      return pa > pb || (pa == pb && a < b);
-    });
-    float norm = 1.0f;
-    if (c.norm_topk_prob) {
-      float s = 0.0f;
-      for (int64_t j = 0; j < top; ++j)
-        s += prob[static_cast<size_t>(order[static_cast<size_t>(j)])];
-      norm = 1.0f / s;
-    }
-    for (int64_t j = 0; j < top; ++j) {
-      const auto e = static_cast<size_t>(order[static_cast<size_t>(j)]);
-      expert_rows[e].push_back(r);
-      expert_weights[e].push_back(prob[e] * norm);
-    }
-  }
-
-  k.Fill(y, rows * h, 0.0f);
-  std::vector<ExpertWork> work;
-  for (int64_t e = 0; e < ne; ++e) {
-    const auto& er = expert_rows[static_cast<size_t>(e)];
-    if (er.empty()) continue;
-    const MlpWeights& ew = m.experts[static_cast<size_t>(e)];
-    work.push_back({Weight(ew.gate_up), Weight(ew.down), ew.intermediate, er,
-                    expert_weights[static_cast<size_t>(e)]});
-  }
-  k.RoutedExperts(xn, work, h, y);
+  // Routing (fp32 softmax, top-k, renormalised when norm_topk_prob) and the experts in one
+  // step, so a device routes without a host round trip.
+  experts_.clear();
+  for (const MlpWeights& ew : m.experts) experts_.push_back({Weight(ew.gate_up), Weight(ew.down)});
+  k.MoeExperts({.x = xn,
+                .logits = router,
+                .rows = rows,
+                .hidden = h,
+                .intermediate = m.experts.front().intermediate,
+                .top_k = top,
+                .norm_topk_prob = c.norm_topk_prob,
+                .experts = experts_,
+                .y = y});
   if (m.shared.intermediate > 0) {
     float* out = Scratch(kExpertOut, rows * h);
     SwiGlu(m.shared, xn, rows, out);

@@ -149,7 +149,7 @@ class Model::Pass {
   std::vector<std::vector<float>> widened_;
   size_t widened_used_ = 0;
 
-  std::vector<float> router_host_;               // MoE router logits staged on the host
+  std::vector<ExpertWeights> experts_;           // an MoE layer's expert weights (MlpLayer)
   std::array<std::vector<float>, 2> emit_host_;  // EmitLayer's host staging (devices only)
   std::vector<int64_t> live_positions_;          // the position of every live row, in row order
 };

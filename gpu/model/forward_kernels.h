@@ -29,6 +29,7 @@
 #include "gpu/linear/linear_attention.h"
 #include "gpu/linear/short_conv.h"
 #include "gpu/model/compute_device.h"
+#include "gpu/model/moe_routing.h"
 #include "gpu/model/weights.h"
 
 namespace hypic::model {
@@ -80,14 +81,22 @@ struct GdnInputArgs {
   float* beta = nullptr;           // [rows, HV], sigmoid(b)
 };
 
-// One routed expert's share of an MoE layer: its weights on the backend, the rows of x routed
-// to it (no duplicates) and their routing weights.
-struct ExpertWork {
+// One routed expert's GEMM weights on the backend.
+struct ExpertWeights {
   DeviceWeight gate_up;  // [2I, hidden]: gate rows then up rows
   DeviceWeight down;     // [hidden, I]
-  int64_t intermediate = 0;
-  std::span<const int64_t> rows;
-  std::span<const float> weights;
+};
+
+// The routed experts of one MoE layer, routing included (ForwardKernels::MoeExperts).
+struct MoeArgs {
+  const float* x = nullptr;       // [rows, hidden], the experts' input
+  const float* logits = nullptr;  // [rows, experts.size()], the router's
+  int64_t rows = 0, hidden = 0;
+  int64_t intermediate = 0;  // I, the same for every expert
+  int64_t top_k = 0;         // 1 <= top_k <= experts; a device takes up to kMaxTopK
+  bool norm_topk_prob = true;
+  std::span<const ExpertWeights> experts;
+  float* y = nullptr;  // [rows, hidden], overwritten
 };
 
 class ForwardKernels {
@@ -157,12 +166,13 @@ class ForwardKernels {
                            int64_t cols) = 0;
   // Each row of gu [rows, 2*im]: the gate half becomes silu(gate) * up.
   virtual void SwiGlu(float* gu, int64_t rows, int64_t im) = 0;
-  // The routed experts of an MoE layer as one grouped step: for each expert e in order,
-  // y[r] += w * down(silu(gate(x[r])) * up(x[r])) over its rows r (x and y rows of `hidden`).
-  // The CPU runs the experts side by side, each on one thread; the sums into y still go in
-  // expert order, so the bits do not depend on the thread count.
-  virtual void RoutedExperts(const float* x, std::span<const ExpertWork> experts, int64_t hidden,
-                             float* y) = 0;
+  // An MoE layer's routed experts: each row is routed by moe_routing.h's RouteRow over its
+  // logits, then y[r] = sum over its experts e, in ascending expert order, of
+  // w_e * down_e(silu(gate_e(x[r])) * up_e(x[r])). With bf16 weights each GEMM's input is
+  // rounded to bf16, as in Gemm. The CPU routes on the host (the logits are host memory there)
+  // and runs the experts as a grouped step (CpuForwardKernels::RoutedExperts); CUDA routes on
+  // the device, with no host synchronisation.
+  virtual void MoeExperts(const MoeArgs& args) = 0;
   // y[r] += sigmoid(x[r] . gate_w) * out[r].
   virtual void SharedExpertAdd(const float* x, const float* gate_w, const float* out, float* y,
                                int64_t rows, int64_t dim) = 0;

@@ -1,20 +1,23 @@
-// The CUDA backend of Model::Pass (gpu/model/cuda_forward.h). Projections are cuBLAS sgemm
-// (fp32, pedantic math: no TF32) on the context's stream; the GDN recurrence is
-// linear::CudaForward; attention is attention_kernels.cuh's (flash-style fp32 tiles for a
-// prefill's rows, split-K over the keys with an exact merge for a few seam or decode rows);
-// everything else is a small kernel below whose arithmetic is forward_math.h's /
-// linear_math.h's, the code the CPU kernels run. Thread mapping of those: RowsKernel-style
-// (one thread per row) for the norms and L2 norms, with their double sums in the same order as
-// the CPU; elementwise kernels (one thread per element) elsewhere.
-// MoE routing happens on the host (router logits are copied back), as the CPU pass does it.
+// The CUDA backend of Model::Pass (gpu/model/cuda_forward.h). Projections, experts and lm_head
+// are bf16 x bf16 -> fp32 tensor-core GEMMs through cuBLASLt (gemm_cublaslt.cuh) for a
+// bf16-resident model, the activations rounded to bf16 by a kernel first (F32ToBf16, the CPU's
+// rounding), and fp32 cublasGemmEx for an fp32 one (exact fp32 products, or TF32 when the
+// context allows it); the GDN recurrence is linear::CudaForward; attention is
+// attention_kernels.cuh's; an MoE layer's routing and experts are moe_kernels.cuh's, all on the
+// device; everything else is a small kernel below whose arithmetic is forward_math.h's /
+// linear_math.h's, the code the CPU kernels run. Thread mapping of those: one thread per row
+// for the norms and L2 norms, with their double sums in the same order as the CPU; elementwise
+// kernels (one thread per element) elsewhere.
 //
-// Memory: the context owns the uploaded weights (one allocation) and the grown scratch; a pass
-// allocates its uploads (entries, state) stream-ordered (cudaMallocAsync) and frees them when
-// its kernels object dies. Errors are sticky (forward_kernels.h).
+// Memory: the context owns the uploaded weights (one allocation), the grown scratch and the
+// pinned staging (pinned_staging.cuh) through which every host<->device copy of a pass goes; a
+// pass allocates its uploads (entries, state) stream-ordered (cudaMallocAsync) and frees them
+// when its kernels object dies. The staging is reset after each stream synchronisation (ToHost,
+// Finish), when no copy out of or into it is pending. Errors are sticky (forward_kernels.h).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <deque>
+#include <cstring>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -25,6 +28,10 @@
 #include "gpu/cuda/cuda_backend.h"
 #include "gpu/cuda/cuda_check.cuh"
 #include "gpu/cuda/model/attention_kernels.cuh"
+#include "gpu/cuda/model/gemm_cublaslt.cuh"
+#include "gpu/cuda/model/launch.cuh"
+#include "gpu/cuda/model/moe_kernels.cuh"
+#include "gpu/cuda/model/pinned_staging.cuh"
 #include "gpu/linear/linear_cuda.h"
 #include "gpu/linear/linear_math.h"
 #include "gpu/model/cuda_forward.h"
@@ -33,26 +40,22 @@
 namespace hypic::model {
 namespace {
 
-constexpr int kThreads = 256;
+__device__ __forceinline__ float Widen(float v) { return v; }
+__device__ __forceinline__ float Widen(uint16_t bf16) { return Bf16ToF32(bf16); }
 
-int Blocks(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
-}
-
-// The Status of one CUDA runtime call, naming the statement (for the sticky error).
-#define HYPIC_CUDA_STATUS(stmt) ::hypic::gpu::CudaStatus((stmt), #stmt, __FILE__, __LINE__)
-
-#define HYPIC_GRID_STRIDE(i, n)                                                          \
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-
-__global__ void EmbedKernel(const float* table, const uint32_t* tokens, int64_t rows, int64_t dim,
+template <typename T>
+__global__ void EmbedKernel(const T* table, const uint32_t* tokens, int64_t rows, int64_t dim,
                             float* x) {
   HYPIC_GRID_STRIDE(i, rows * dim) {
     const int64_t r = i / dim, d = i % dim;
-    x[i] = table[static_cast<int64_t>(tokens[r]) * dim + d];
+    x[i] = Widen(table[static_cast<int64_t>(tokens[r]) * dim + d]);
   }
+}
+
+// dst [rows, cols] = bf16(x), x row r at x + r * ldx: a bf16 GEMM's input.
+__global__ void ToBf16Kernel(const float* x, int64_t ldx, int64_t rows, int64_t cols,
+                             uint16_t* dst) {
+  HYPIC_GRID_STRIDE(i, rows * cols) { dst[i] = F32ToBf16(x[(i / cols) * ldx + i % cols]); }
 }
 
 __global__ void RmsNormKernel(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
@@ -151,19 +154,6 @@ __global__ void SwiGluKernel(float* gu, int64_t rows, int64_t im) {
   }
 }
 
-__global__ void GatherKernel(const float* src, const int64_t* idx, int64_t n, int64_t cols,
-                             float* dst) {
-  HYPIC_GRID_STRIDE(i, n * cols) { dst[i] = src[idx[i / cols] * cols + i % cols]; }
-}
-
-__global__ void ScatterAddKernel(float* y, const int64_t* idx, const float* weight, int64_t n,
-                                 int64_t cols, const float* src) {
-  HYPIC_GRID_STRIDE(i, n * cols) {
-    const int64_t j = i / cols;
-    y[idx[j] * cols + i % cols] += weight[j] * src[i];
-  }
-}
-
 __global__ void SharedGateKernel(const float* x, const float* w, int64_t rows, int64_t dim,
                                  float* gate) {
   HYPIC_GRID_STRIDE(r, rows) { gate[r] = SharedExpertGate(x + r * dim, w, dim); }
@@ -174,20 +164,25 @@ __global__ void RowScaleAddKernel(float* y, const float* scale, const float* src
   HYPIC_GRID_STRIDE(i, rows * dim) { y[i] += scale[i / dim] * src[i]; }
 }
 
-Status CublasStatus(cublasStatus_t cs, const char* what) {
-  if (cs == CUBLAS_STATUS_SUCCESS) return Status::Ok();
-  return DeviceError(std::string(what) + " failed with cuBLAS status " + std::to_string(cs));
-}
+// A grown device buffer: (pointer, capacity in bytes).
+using DeviceBuffer = std::pair<void*, size_t>;
 
-// One model on one device: the weights (uploaded once), a stream with its cuBLAS handle, and the
-// scratch slots. A pass locks `mu` for its whole life (CudaForwardKernels).
+// One model on one device: the weights (uploaded once), a stream with its cuBLAS and cuBLASLt
+// handles, the scratch and the pinned staging. A pass locks `mu` for its whole life
+// (CudaForwardKernels), which guards everything a pass touches.
 class CudaContext final : public DeviceContext {
  public:
-  explicit CudaContext(int device) : device_(device) {}
+  // The backend's own grown buffers, beside the pass's scratch slots.
+  enum Internal { kBf16Input, kMoeWorkspace, kNumInternal };
+
+  CudaContext(int device, const CudaContextOptions& options) : device_(device), options_(options) {}
   ~CudaContext() override {
-    cudaSetDevice(device_);
+    gpu::ScopedDevice on(device_);
     if (stream_ != nullptr) cudaStreamSynchronize(native());
     for (auto& [p, n] : scratch_) cudaFree(p);
+    for (auto& [p, n] : internal_) cudaFree(p);
+    lt_.reset();  // on this device
+    staging_.reset();
     if (weights_block_ != nullptr) cudaFree(weights_block_);
     if (blas_ != nullptr) cublasDestroy(blas_);
   }
@@ -196,46 +191,56 @@ class CudaContext final : public DeviceContext {
     gpu::Backend* cuda = gpu::CudaBackendIfAvailable();
     if (cuda == nullptr) return NotFound(gpu::CudaUnavailableReason());
     HYPIC_ASSIGN_OR_RETURN(stream_, cuda->CreateStream(device_));
-    HYPIC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    gpu::ScopedDevice on(device_);
+    HYPIC_RETURN_IF_ERROR(on.status());
     HYPIC_RETURN_IF_ERROR(CublasStatus(cublasCreate(&blas_), "cublasCreate"));
     HYPIC_RETURN_IF_ERROR(CublasStatus(cublasSetStream(blas_, native()), "cublasSetStream"));
-    // fp32 all the way: the conformance bound against the CPU needs no TF32 tensor-op math.
+    // Every call names its compute type (exact fp32, TF32 or bf16 tensor-core products), so the
+    // handle's math mode decides nothing.
     HYPIC_RETURN_IF_ERROR(
-        CublasStatus(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode"));
+        CublasStatus(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+    HYPIC_RETURN_IF_ERROR(lt_->Init());
     return UploadWeights(w);
   }
 
   int device() const { return device_; }
+  const CudaContextOptions& options() const { return options_; }
   cudaStream_t native() const { return static_cast<cudaStream_t>(stream_->native_handle()); }
   gpu::Stream& stream() { return *stream_; }
   cublasHandle_t blas() const { return blas_; }
-  const float* Find(const void* host) const {
+  // The device copy of a host weight (keyed by its host data), or a null one.
+  DeviceWeight Find(const void* host) const {
     const auto it = weights_.find(host);
-    return it == weights_.end() ? nullptr : it->second;
+    return it == weights_.end() ? DeviceWeight() : it->second;
   }
 
   Mutex mu;
-  // Scratch slots (pointer, capacity in floats), grown under `mu`.
-  std::vector<std::pair<float*, int64_t>> scratch_ GUARDED_BY(mu);
+  std::vector<DeviceBuffer> scratch_ GUARDED_BY(mu);  // the pass's slots
+  DeviceBuffer internal_[kNumInternal] GUARDED_BY(mu) = {};
+  // Held by pointer so that the destructor frees them on the context's device.
+  std::unique_ptr<LtGemm> lt_ GUARDED_BY(mu) = std::make_unique<LtGemm>();
+  std::unique_ptr<gpu::PinnedStaging> staging_ GUARDED_BY(mu) =
+      std::make_unique<gpu::PinnedStaging>();
 
  private:
-  // One host tensor to upload: its data (the lookup key), element type and count, and the
-  // GEMM weight it is (which widens itself, packed or not), if one.
+  // One host tensor to upload: its data (the lookup key), element count, and the GEMM weight it
+  // is (kept in its resident precision), if one.
   struct HostTensor {
     const void* data;
-    DType dtype;
     size_t n;
     const WeightTensor* matrix = nullptr;
   };
+  static size_t DeviceBytes(const HostTensor& t) {
+    const DType d = t.matrix != nullptr ? t.matrix->dtype() : DType::kF32;
+    return (t.n * DTypeSize(d) + 255) / 256 * 256;  // every tensor 256-byte aligned
+  }
 
-  // Every weight goes up as fp32: bf16 GEMM weights are widened on the way (exact), so the
-  // kernels and cuBLAS see one precision (bf16 tensor-core GEMMs are issue 15's).
+  // GEMM weights go up as they are resident: fp32, or bf16 (a packed one unpacked to its plain
+  // row-major layout on the way). Everything else is fp32.
   Status UploadWeights(const ModelWeights& w) {
     std::vector<HostTensor> all;
-    auto vec = [&](const std::vector<float>& v) {
-      all.push_back({v.data(), DType::kF32, v.size()});
-    };
-    auto mat = [&](const WeightTensor& t) { all.push_back({t.data(), t.dtype(), t.size(), &t}); };
+    auto vec = [&](const std::vector<float>& v) { all.push_back({v.data(), v.size()}); };
+    auto mat = [&](const WeightTensor& t) { all.push_back({t.data(), t.size(), &t}); };
     auto mlp = [&](const MlpWeights& m) {
       mat(m.gate_up);
       mat(m.down);
@@ -257,82 +262,66 @@ class CudaContext final : public DeviceContext {
       mlp(l.moe.shared);
       for (const MlpWeights& e : l.moe.experts) mlp(e);
     }
-    size_t floats = 0;
-    for (const HostTensor& t : all) floats += t.n;
-    if (floats == 0) return Status::Ok();
-    HYPIC_CUDA_RETURN_IF_ERROR(cudaMalloc(&weights_block_, floats * sizeof(float)));
-    float* at = weights_block_;
-    std::vector<std::vector<float>> widened;  // alive until the copies finish
+    size_t bytes = 0;
+    for (const HostTensor& t : all) bytes += DeviceBytes(t);
+    if (bytes == 0) return Status::Ok();
+    HYPIC_CUDA_RETURN_IF_ERROR(cudaMalloc(&weights_block_, bytes));
+    char* at = static_cast<char*>(weights_block_);
+    std::vector<uint16_t> unpacked;  // one packed weight at a time
     for (const HostTensor& t : all) {
       if (t.n == 0 || weights_.count(t.data) != 0) continue;
-      const float* src = static_cast<const float*>(t.data);
-      if (t.dtype != DType::kF32) {
-        widened.emplace_back(t.n);
-        if (t.matrix != nullptr) {
-          t.matrix->WidenTo(widened.back().data());
-        } else {
-          ConvertElements(t.dtype, t.data, DType::kF32, widened.back().data(), t.n);
-        }
-        src = widened.back().data();
+      const DType dtype = t.matrix != nullptr ? t.matrix->dtype() : DType::kF32;
+      const void* src = t.data;
+      if (t.matrix != nullptr && t.matrix->packed() != nullptr) {
+        // The previous unpacked weight's copy must be done before the buffer is rewritten.
+        HYPIC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(native()));
+        unpacked.resize(t.n);
+        t.matrix->packed()->Unpack(unpacked.data());
+        src = unpacked.data();
       }
       HYPIC_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(at, src, t.n * sizeof(float), cudaMemcpyHostToDevice, native()));
-      weights_.emplace(t.data, at);
-      at += t.n;
+          cudaMemcpyAsync(at, src, t.n * DTypeSize(dtype), cudaMemcpyHostToDevice, native()));
+      weights_.emplace(t.data, DeviceWeight(dtype, at));
+      at += DeviceBytes(t);
     }
     HYPIC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(native()));
     return Status::Ok();
   }
 
   int device_;
+  CudaContextOptions options_;
   std::unique_ptr<gpu::Stream> stream_;
   cublasHandle_t blas_ = nullptr;
-  float* weights_block_ = nullptr;
-  std::unordered_map<const void*, const float*> weights_;  // host data -> device copy (fp32)
+  void* weights_block_ = nullptr;
+  std::unordered_map<const void*, DeviceWeight> weights_;  // host data -> device copy
 };
 
 class CudaForwardKernels final : public ForwardKernels {
  public:
   explicit CudaForwardKernels(std::shared_ptr<CudaContext> ctx)
-      : ctx_(std::move(ctx)), lock_(&ctx_->mu), s_(ctx_->native()) {
-    Record(HYPIC_CUDA_STATUS(cudaSetDevice(ctx_->device())));
+      : ctx_(std::move(ctx)), lock_(&ctx_->mu), on_(ctx_->device()), s_(ctx_->native()) {
+    Record(on_.status());
   }
   ~CudaForwardKernels() override {
     for (void* p : allocs_) cudaFreeAsync(p, s_);
     cudaStreamSynchronize(s_);
+    ctx_->staging_->Reset();
   }
 
   float* Scratch(int slot, int64_t n) override {
     auto& slots = ctx_->scratch_;
     if (slots.size() <= static_cast<size_t>(slot)) slots.resize(static_cast<size_t>(slot) + 1);
-    auto& [p, cap] = slots[static_cast<size_t>(slot)];
-    if (cap < n && ok()) {
-      if (p != nullptr) cudaFreeAsync(p, s_);
-      p = nullptr;
-      cap = 0;
-      if (Record(
-              HYPIC_CUDA_STATUS(cudaMallocAsync(&p, static_cast<size_t>(n) * sizeof(float), s_)))) {
-        cap = n;
-      }
-    }
-    return p;
+    return static_cast<float*>(Grown(slots[static_cast<size_t>(slot)], Bytes<float>(n)));
   }
 
   const float* Weight(const std::vector<float>& host) override {
-    return Uploaded(host.data(), host.empty());
+    return static_cast<const float*>(Uploaded(host.data(), host.empty()).data);
   }
   DeviceWeight Weight(const WeightTensor& host) override {
     return Uploaded(host.data(), host.empty());
   }
 
-  const float* Input(const float* host, int64_t n) override {
-    float* d = Alloc<float>(n);
-    if (d != nullptr) {
-      Record(
-          HYPIC_CUDA_STATUS(cudaMemcpyAsync(d, host, Bytes<float>(n), cudaMemcpyHostToDevice, s_)));
-    }
-    return d;
-  }
+  const float* Input(const float* host, int64_t n) override { return Upload(host, n); }
 
   float* Mirror(float* host, int64_t n, bool read) override {
     float* d = read ? const_cast<float*>(Input(host, n)) : Alloc<float>(n);
@@ -342,22 +331,33 @@ class CudaForwardKernels final : public ForwardKernels {
 
   const float* ToHost(const float* data, int64_t n, std::vector<float>* staging) override {
     staging->assign(static_cast<size_t>(n), 0.0f);
-    if (ok() && Record(HYPIC_CUDA_STATUS(cudaMemcpyAsync(staging->data(), data, Bytes<float>(n),
-                                                         cudaMemcpyDeviceToHost, s_)))) {
-      Record(HYPIC_CUDA_STATUS(cudaStreamSynchronize(s_)));
+    auto* pinned = Stage<float>(n);
+    if (pinned != nullptr) {
+      Record(HYPIC_CUDA_STATUS(
+          cudaMemcpyAsync(pinned, data, Bytes<float>(n), cudaMemcpyDeviceToHost, s_)));
     }
+    Record(HYPIC_CUDA_STATUS(cudaStreamSynchronize(s_)));  // runs even after an error
+    if (ok() && pinned != nullptr) std::memcpy(staging->data(), pinned, Bytes<float>(n));
+    ctx_->staging_->Reset();  // nothing is pending on the stream
     return staging->data();
   }
 
   Status Finish() override {
+    std::vector<float*> pinned;
     for (const MirrorEntry& m : mirrors_) {
-      if (!ok()) break;
-      Record(HYPIC_CUDA_STATUS(
-          cudaMemcpyAsync(m.host, m.device, Bytes<float>(m.n), cudaMemcpyDeviceToHost, s_)));
+      float* p = Stage<float>(m.n);
+      if (p == nullptr || !Record(HYPIC_CUDA_STATUS(cudaMemcpyAsync(p, m.device, Bytes<float>(m.n),
+                                                                    cudaMemcpyDeviceToHost, s_)))) {
+        break;
+      }
+      pinned.push_back(p);
+    }
+    Record(HYPIC_CUDA_STATUS(cudaStreamSynchronize(s_)));
+    for (size_t i = 0; ok() && i < pinned.size(); ++i) {
+      std::memcpy(mirrors_[i].host, pinned[i], Bytes<float>(mirrors_[i].n));
     }
     mirrors_.clear();
-    Record(HYPIC_CUDA_STATUS(cudaStreamSynchronize(s_)));
-    keep_.clear();
+    ctx_->staging_->Reset();
     return status_;
   }
 
@@ -366,20 +366,37 @@ class CudaForwardKernels final : public ForwardKernels {
   void Embed(DeviceWeight table, std::span<const uint32_t> tokens, int64_t dim, float* x) override {
     const uint32_t* d = Upload(tokens.data(), static_cast<int64_t>(tokens.size()));
     const auto rows = static_cast<int64_t>(tokens.size());
-    if (ok() && Fp32(table)) {
-      Launch(EmbedKernel, rows * dim, static_cast<const float*>(table.data), d, rows, dim, x);
+    if (!ok()) return;
+    if (table.dtype == DType::kBF16) {
+      Launch(EmbedKernel<uint16_t>, rows * dim, static_cast<const uint16_t*>(table.data), d, rows,
+             dim, x);
+    } else {
+      Launch(EmbedKernel<float>, rows * dim, static_cast<const float*>(table.data), d, rows, dim,
+             x);
     }
   }
 
   void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, DeviceWeight weight,
             int64_t ldw, float* y, int64_t ldy, bool accumulate) override {
-    if (!ok() || m <= 0 || n <= 0 || !Fp32(weight)) return;
-    const auto* w = static_cast<const float*>(weight.data);
+    if (!ok() || m <= 0 || n <= 0) return;
+    if (weight.dtype == DType::kBF16) {
+      auto* x16 = static_cast<uint16_t*>(
+          Grown(ctx_->internal_[CudaContext::kBf16Input], Bytes<uint16_t>(m * k)));
+      if (!ok()) return;
+      Launch(ToBf16Kernel, m * k, x, ldx, m, k, x16);
+      if (ok()) {
+        Record(ctx_->lt_->Run(s_, m, n, k, x16, k, static_cast<const uint16_t*>(weight.data), ldw,
+                              y, ldy, accumulate));
+      }
+      return;
+    }
     // Row-major y = x w^T is column-major y^T = w x^T: A = w (k x n, transposed), B = x.
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    Record(CublasStatus(cublasSgemm(ctx_->blas(), CUBLAS_OP_T, CUBLAS_OP_N, Int(n), Int(m), Int(k),
-                                    &alpha, w, Int(ldw), x, Int(ldx), &beta, y, Int(ldy)),
-                        "cublasSgemm"));
+    Record(CublasStatus(
+        cublasGemmEx(ctx_->blas(), CUBLAS_OP_T, CUBLAS_OP_N, Int(n), Int(m), Int(k), &alpha,
+                     weight.data, CUDA_R_32F, Int(ldw), x, CUDA_R_32F, Int(ldx), &beta, y,
+                     CUDA_R_32F, Int(ldy), F32Compute(), CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx"));
   }
 
   void RmsNorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy, int64_t rows,
@@ -452,12 +469,15 @@ class CudaForwardKernels final : public ForwardKernels {
     float* next = Alloc<float>(floats);
     Copy2D(next, floats, zero_state, floats, 1, floats);
     if (!ok()) return;
+    // The state algebra stays exact fp32, whatever allow_tf32 says.
     const float one = 1.0f;
     Record(CublasStatus(
-        cublasSgemmStridedBatched(ctx_->blas(), CUBLAS_OP_N, CUBLAS_OP_N, Int(dv), Int(dk), Int(dk),
-                                  &one, state, Int(dv), dk * dv, transition, Int(dk), dk * dk, &one,
-                                  next, Int(dv), dk * dv, shape.value_heads),
-        "cublasSgemmStridedBatched"));
+        cublasGemmStridedBatchedEx(ctx_->blas(), CUBLAS_OP_N, CUBLAS_OP_N, Int(dv), Int(dk),
+                                   Int(dk), &one, state, CUDA_R_32F, Int(dv), dk * dv, transition,
+                                   CUDA_R_32F, Int(dk), dk * dk, &one, next, CUDA_R_32F, Int(dv),
+                                   dk * dv, Int(shape.value_heads), CUBLAS_COMPUTE_32F_PEDANTIC,
+                                   CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx"));
     Copy2D(state, floats, next, floats, 1, floats);
   }
 
@@ -485,24 +505,40 @@ class CudaForwardKernels final : public ForwardKernels {
     if (ok()) Launch(SwiGluKernel, rows * im, gu, rows, im);
   }
 
-  // One expert after another on the stream (grouped GEMMs are issue 15's).
-  void RoutedExperts(const float* x, std::span<const ExpertWork> experts, int64_t hidden,
-                     float* y) override {
-    for (const ExpertWork& w : experts) {
-      const auto n = static_cast<int64_t>(w.rows.size());
-      const int64_t im = w.intermediate;
-      float* gathered = Alloc<float>(n * hidden);
-      float* gate_up = Alloc<float>(n * 2 * im);
-      float* out = Alloc<float>(n * hidden);
-      const int64_t* rows = Upload(w.rows.data(), n);
-      const float* weights = Upload(w.weights.data(), n);
-      if (!ok()) return;
-      Launch(GatherKernel, n * hidden, x, rows, n, hidden, gathered);
-      Gemm(n, 2 * im, hidden, gathered, hidden, w.gate_up, hidden, gate_up, 2 * im, false);
-      SwiGlu(gate_up, n, im);
-      Gemm(n, hidden, im, gate_up, 2 * im, w.down, im, out, hidden, false);
-      if (ok()) Launch(ScatterAddKernel, n * hidden, y, rows, weights, n, hidden, out);
+  void MoeExperts(const MoeArgs& m) override {
+    const auto ne = static_cast<int64_t>(m.experts.size());
+    if (!ok() || m.rows <= 0) return;
+    if (m.top_k < 1 || m.top_k > kMaxTopK || m.top_k > ne) {
+      Record(Unsupported("CUDA MoE routing takes top_k up to " + std::to_string(kMaxTopK)));
+      return;
     }
+    const DType dtype = m.experts.front().gate_up.dtype;
+    std::vector<const void*> weights(static_cast<size_t>(2 * ne));  // gate_up [E] | down [E]
+    for (int64_t e = 0; e < ne; ++e) {
+      const ExpertWeights& w = m.experts[static_cast<size_t>(e)];
+      if (w.gate_up.dtype != dtype || w.down.dtype != dtype) {
+        Record(Internal("MoE experts of mixed precision"));
+        return;
+      }
+      weights[static_cast<size_t>(e)] = w.gate_up.data;
+      weights[static_cast<size_t>(ne + e)] = w.down.data;
+    }
+    const void* const* d = Upload(weights.data(), 2 * ne);
+    const CudaMoeArgs a{.x = m.x,
+                        .logits = m.logits,
+                        .y = m.y,
+                        .rows = m.rows,
+                        .hidden = m.hidden,
+                        .experts = ne,
+                        .intermediate = m.intermediate,
+                        .top_k = static_cast<int>(m.top_k),
+                        .norm_topk_prob = m.norm_topk_prob,
+                        .bf16 = dtype == DType::kBF16,
+                        .allow_tf32 = ctx_->options().allow_tf32,
+                        .gate_up = d,
+                        .down = d + ne};
+    void* workspace = Grown(ctx_->internal_[CudaContext::kMoeWorkspace], CudaMoeWorkspaceBytes(a));
+    if (ok()) Record(RunCudaMoe(a, workspace, ctx_->blas(), s_));
   }
 
   void SharedExpertAdd(const float* x, const float* gate_w, const float* out, float* y,
@@ -521,15 +557,16 @@ class CudaForwardKernels final : public ForwardKernels {
   };
 
   bool ok() const { return status_.ok(); }
-  // The device copy of a host weight (uploaded as fp32 by the context).
-  const float* Uploaded(const void* host, bool empty) {
-    if (empty) return nullptr;
-    const float* d = ctx_->Find(host);
-    if (d == nullptr) Record(Internal("a weight the device context did not upload"));
+  // The device copy of a host weight (uploaded by the context).
+  DeviceWeight Uploaded(const void* host, bool empty) {
+    if (empty) return {};
+    const DeviceWeight d = ctx_->Find(host);
+    if (d.data == nullptr) Record(Internal("a weight the device context did not upload"));
     return d;
   }
-  bool Fp32(DeviceWeight w) {
-    return w.dtype == DType::kF32 || Record(Internal("a non-fp32 weight on the CUDA backend"));
+  // The compute type of an fp32-weight GEMM.
+  cublasComputeType_t F32Compute() const {
+    return ctx_->options().allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC;
   }
   bool Record(Status s) {
     // (void): nvcc counts the assignment's Status& result as a discarded [[nodiscard]] value.
@@ -551,16 +588,38 @@ class CudaForwardKernels final : public ForwardKernels {
     return static_cast<T*>(p);
   }
 
-  // A device copy of small host data; the host bytes are kept until Finish because a copy from
-  // pageable memory may still read them after cudaMemcpyAsync returns.
+  // A context buffer of at least `bytes` (grown stream-ordered, never shrunk; garbage
+  // contents). The stream orders every earlier use of the old buffer before its free.
+  void* Grown(DeviceBuffer& buf, size_t bytes) {
+    auto& [p, cap] = buf;
+    if (cap < bytes && ok()) {
+      if (p != nullptr) cudaFreeAsync(p, s_);
+      p = nullptr;
+      cap = 0;
+      if (Record(HYPIC_CUDA_STATUS(cudaMallocAsync(&p, bytes, s_)))) cap = bytes;
+    }
+    return p;
+  }
+
+  // n elements of pinned staging, valid until the staging's next reset.
+  template <typename T>
+  T* Stage(int64_t n) {
+    if (!ok() || n <= 0) return nullptr;
+    void* p = nullptr;
+    Record(ctx_->staging_->Take(Bytes<T>(n), &p));
+    return static_cast<T*>(p);
+  }
+
+  // A device copy of host data, through the pinned staging: the host bytes are copied out
+  // before this returns, and the stream copies the staging (never rewritten before the next
+  // synchronisation) to the device.
   template <typename T>
   const T* Upload(const T* host, int64_t n) {
     T* d = Alloc<T>(n);
-    if (d == nullptr) return nullptr;
-    const auto* bytes = reinterpret_cast<const char*>(host);
-    keep_.emplace_back(bytes, bytes + Bytes<T>(n));
-    Record(HYPIC_CUDA_STATUS(
-        cudaMemcpyAsync(d, keep_.back().data(), Bytes<T>(n), cudaMemcpyHostToDevice, s_)));
+    T* pinned = Stage<T>(n);
+    if (d == nullptr || pinned == nullptr) return nullptr;
+    std::memcpy(static_cast<void*>(pinned), host, Bytes<T>(n));
+    Record(HYPIC_CUDA_STATUS(cudaMemcpyAsync(d, pinned, Bytes<T>(n), cudaMemcpyHostToDevice, s_)));
     return d;
   }
 
@@ -571,20 +630,21 @@ class CudaForwardKernels final : public ForwardKernels {
   }
 
   std::shared_ptr<CudaContext> ctx_;
-  MutexLock lock_;  // ctx_->mu, for the kernels object's whole life
+  MutexLock lock_;        // ctx_->mu, for the kernels object's whole life
+  gpu::ScopedDevice on_;  // the context's device, for the kernels object's whole life
   cudaStream_t s_;
   Status status_;
   std::vector<void*> allocs_;
   std::vector<MirrorEntry> mirrors_;
-  std::deque<std::vector<char>> keep_;
 };
 
 }  // namespace
 
 bool CudaModelKernelsBuilt() { return true; }
 
-Result<std::shared_ptr<DeviceContext>> CreateCudaContext(const ModelWeights& weights, int device) {
-  auto ctx = std::make_shared<CudaContext>(device);
+Result<std::shared_ptr<DeviceContext>> CreateCudaContext(const ModelWeights& weights, int device,
+                                                         const CudaContextOptions& options) {
+  auto ctx = std::make_shared<CudaContext>(device, options);
   HYPIC_RETURN_IF_ERROR(ctx->Init(weights));
   return std::shared_ptr<DeviceContext>(std::move(ctx));
 }
