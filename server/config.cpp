@@ -80,6 +80,14 @@ ConfigKey ParsedKey(std::string_view name, std::string_view help, T ServerConfig
       [field, format = std::move(format)](const ServerConfig& c) { return format(c.*field); }};
 }
 
+// A true/false key (ParseBool's spellings), dumped as a TOML boolean.
+ConfigKey BoolKey(std::string_view name, std::string_view help, bool ServerConfig::*field) {
+  ConfigKey k = ParsedKey<bool>(name, help, field, ParseBool,
+                                [](const bool& b) { return b ? "true" : "false"; });
+  k.boolean = true;
+  return k;
+}
+
 ConfigKey StringKey(std::string_view name, std::string_view help, std::string ServerConfig::*field,
                     bool secret = false) {
   ConfigKey k = ParsedKey<std::string>(
@@ -169,10 +177,9 @@ std::vector<ConfigKey> BuildKeys() {
                            "bearer token that GET /metrics must carry (the probes stay open); "
                            "required off loopback unless metrics_public",
                            &ServerConfig::metrics_token, /*secret=*/true));
-  keys.push_back(ParsedKey<bool>("metrics_public",
-                                 "serve /metrics on a non-loopback address without a token",
-                                 &ServerConfig::metrics_public, ParseBool,
-                                 [](const bool& b) { return b ? "true" : "false"; }));
+  keys.push_back(BoolKey("metrics_public",
+                         "serve /metrics on a non-loopback address without a token",
+                         &ServerConfig::metrics_public));
   keys.push_back(StringKey("ready_file",
                            "file written once serving, with the bound addresses (for scripts)",
                            &ServerConfig::ready_file));
@@ -185,6 +192,11 @@ std::vector<ConfigKey> BuildKeys() {
                            "resident precision of the GEMM weights: auto (a bf16 checkpoint "
                            "stays bf16), bf16 or f32",
                            &ServerConfig::weights_dtype));
+  keys.push_back(BoolKey("cuda_tf32",
+                         "f32 GEMM weights on CUDA devices use TF32 tensor cores (about 1e-3 "
+                         "relative; entries keyed apart from exact fp32 ones); no effect on "
+                         "bf16 weights or the CPU",
+                         &ServerConfig::cuda_tf32));
   keys.push_back(StringKey("model_cache_dir",
                            "where built-in models are generated; empty = <data_dir>/models",
                            &ServerConfig::model_cache_dir));
@@ -329,9 +341,7 @@ std::vector<ConfigKey> BuildKeys() {
                              &ServerConfig::drain_timeout_ms));
   keys.push_back(StringKey("log_level", "trace, debug, info, warn, error, critical or off",
                            &ServerConfig::log_level));
-  keys.push_back(ParsedKey<bool>("log_json", "one JSON object per log line",
-                                 &ServerConfig::log_json, ParseBool,
-                                 [](const bool& b) { return b ? "true" : "false"; }));
+  keys.push_back(BoolKey("log_json", "one JSON object per log line", &ServerConfig::log_json));
   // Defaults are printed from a default-constructed config, so they never go stale.
   static const ServerConfig kDefaults;
   static std::vector<std::string> default_texts;
@@ -1014,10 +1024,10 @@ std::string DumpConfig(const ServerConfig& c) {
     std::string v = k.get(c);
     // Bare integers only where TOML reads them back as the same number (i64, and no leading
     // zero, which TOML rejects: a string value such as data_dir = "001" stays quoted).
-    bool bare = k.name == "log_json" || k.name == "metrics_public" ||
-                (!v.empty() && v.size() <= 18 && (v.size() == 1 || v[0] != '0') &&
-                 std::all_of(v.begin(), v.end(),
-                             [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }));
+    bool bare = k.boolean || (!v.empty() && v.size() <= 18 && (v.size() == 1 || v[0] != '0') &&
+                              std::all_of(v.begin(), v.end(), [](char ch) {
+                                return std::isdigit(static_cast<unsigned char>(ch));
+                              }));
     out += fmt::format("{} = {}\n", k.name, bare ? v : quoted(v));
   }
   // The [[tenant]] tables come last: TOML puts every key after a table header into the table.

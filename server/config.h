@@ -101,6 +101,7 @@ struct ServerConfig {
   std::string model = "builtin:small";  // "none": serve the cache only (no PREFILL/COMPOSE)
   std::string model_cache_dir;          // built-in models; "" = <data_dir>/models
   std::string weights_dtype = "auto";   // GEMM weights: auto | bf16 | f32 (checkpoint.h)
+  bool cuda_tf32 = false;               // f32 weights on CUDA: TF32 tensor cores (checkpoint.h)
   uint32_t seam_w = 8;                  // default seam window (a request may choose another)
   // Precision of the entries this daemon prefills, per tensor kind (docs/entry-precision.md);
   // part of their keys. Entries stored in another precision are not found by a lookup.
@@ -177,6 +178,7 @@ struct ConfigKey {
   bool secret = false;
   std::function<Status(ServerConfig&, std::string_view)> set;
   std::function<std::string(const ServerConfig&)> get;
+  bool boolean = false;  // a true/false key: a TOML boolean in DumpConfig
 };
 
 const std::vector<ConfigKey>& ConfigKeys();

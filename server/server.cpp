@@ -166,7 +166,8 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
   if (c.model != "none") {
     auto t0 = std::chrono::steady_clock::now();
     HYPIC_LOG_INFO("gemm: {}", cpu::GemmSummary());
-    const model::ReadOptions read{.weights = *model::ParseWeightsDType(c.weights_dtype)};
+    const model::ReadOptions read{.weights = *model::ParseWeightsDType(c.weights_dtype),
+                                  .cuda_tf32 = c.cuda_tf32};
     auto model = model::LoadModel(c.model, c.ModelCacheDir(), read);
     if (!model.ok()) return model.status().WithContext("config key 'model' (" + c.model + ")");
     s->model_ = std::move(model).value();

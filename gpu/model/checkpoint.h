@@ -35,6 +35,11 @@ std::optional<WeightsDType> ParseWeightsDType(std::string_view name);
 
 struct ReadOptions {
   WeightsDType weights = WeightsDType::kAuto;
+  // f32 GEMM weights on a CUDA device may use TF32 tensor cores (about 1e-3 relative against
+  // exact fp32; cuda_forward.h's CudaContextOptions). LoadModel folds it into the model's
+  // fingerprint when it changes the arithmetic (an f32 checkpoint), so such entries are keyed
+  // apart from exact ones. No effect on the CPU or on bf16 weights.
+  bool cuda_tf32 = false;
 };
 
 struct LoadedCheckpoint {

@@ -13,7 +13,7 @@ Result<std::unique_ptr<ForwardKernels>> CreateForwardKernels(const ComputeDevice
   }
   HYPIC_RETURN_IF_ERROR(CheckComputeDevice(device));
   HYPIC_ASSIGN_OR_RETURN(std::shared_ptr<DeviceContext> context, cache.Get(device.index, [&] {
-    return CreateCudaContext(weights, device.index);
+    return CreateCudaContext(weights, device.index, {.allow_tf32 = cache.cuda_tf32()});
   }));
   return CreateCudaForwardKernels(std::move(context));
 }

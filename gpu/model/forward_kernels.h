@@ -185,9 +185,14 @@ class DeviceContext {
   virtual ~DeviceContext() = default;
 };
 
-// The per-model cache of device contexts, created on first use. Thread-safe.
+// The per-model cache of device contexts, created on first use, and the model's device
+// settings. Thread-safe.
 class DeviceContextCache {
  public:
+  // cuda_tf32: f32 GEMM weights may use TF32 on CUDA devices (ReadOptions::cuda_tf32).
+  explicit DeviceContextCache(bool cuda_tf32 = false) : cuda_tf32_(cuda_tf32) {}
+  bool cuda_tf32() const { return cuda_tf32_; }
+
   // The context of `device` for `weights` (which must be the owning model's, alive as long as
   // the cache), built on first use by `make`.
   template <typename Make>
@@ -201,6 +206,7 @@ class DeviceContextCache {
   }
 
  private:
+  const bool cuda_tf32_;
   Mutex mu_;
   std::map<int, std::shared_ptr<DeviceContext>> contexts_ GUARDED_BY(mu_);
 };

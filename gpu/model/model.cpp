@@ -94,12 +94,12 @@ Result<ComposeMode> ComposeModeFromName(std::string_view name) {
 }
 
 Model::Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerprint,
-             size_t checkpoint_bytes)
+             size_t checkpoint_bytes, bool cuda_tf32)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       fingerprint_(fingerprint),
       checkpoint_bytes_(checkpoint_bytes),
-      device_cache_(std::make_shared<DeviceContextCache>()) {
+      device_cache_(std::make_shared<DeviceContextCache>(cuda_tf32)) {
   // Packed once here, so no product copies a weight into oneDNN's layout (weights.h).
   weights_.PackForCpuGemm(config_.hidden_size);
 }
@@ -384,15 +384,19 @@ Result<std::shared_ptr<const Model>> LoadModel(std::string_view spec,
   }
   HYPIC_ASSIGN_OR_RETURN(LoadedCheckpoint ckpt, ReadCheckpoint(dir, options));
   ModelFingerprint fingerprint = ckpt.fingerprint;
-  if (ckpt.weights.embed.dtype() == DType::kBF16) {
+  const bool bf16 = ckpt.weights.embed.dtype() == DType::kBF16;
+  const bool tf32 = options.cuda_tf32 && !bf16;  // TF32 touches f32 GEMM weights only
+  for (const char* setting :
+       {bf16 ? "weights_dtype=bf16" : nullptr, tf32 ? "cuda_tf32" : nullptr}) {
+    if (setting == nullptr) continue;
     Xxh3_128Stream s;
     s.UpdateU64(fingerprint.lo);
     s.UpdateU64(fingerprint.hi);
-    s.UpdateString("weights_dtype=bf16");
+    s.UpdateString(setting);
     fingerprint = s.Digest();
   }
   return std::make_shared<const Model>(std::move(ckpt.config), std::move(ckpt.weights), fingerprint,
-                                       ckpt.checkpoint_bytes);
+                                       ckpt.checkpoint_bytes, tf32);
 }
 
 }  // namespace hypic::model

@@ -175,12 +175,13 @@ struct ComposeResult {
 class Model {
  public:
   // checkpoint_bytes: the bytes of the checkpoint tensors the weights came from (0: none).
+  // cuda_tf32: ReadOptions::cuda_tf32 (the caller folds it into `fingerprint`).
   Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerprint,
-        size_t checkpoint_bytes = 0);
+        size_t checkpoint_bytes = 0, bool cuda_tf32 = false);
 
   const ModelConfig& config() const { return config_; }
-  // The checkpoint's fingerprint, folded with the GEMM weights' precision when that is bf16:
-  // entries computed in another precision never share a key.
+  // The checkpoint's fingerprint, folded with the GEMM weights' precision when that is bf16
+  // and with cuda_tf32 on f32 weights: entries computed in another precision never share a key.
   const ModelFingerprint& fingerprint() const { return fingerprint_; }
   // The GEMM weights' resident precision (kF32 or kBF16) and every weight's resident bytes.
   DType weights_dtype() const { return weights_.embed.dtype(); }

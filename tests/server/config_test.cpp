@@ -166,6 +166,12 @@ TEST_CASE("devices and cpu_workers_with_gpu: sources, the canonical form, errors
     CHECK(r.status().code() == StatusCode::kBadRequest);
     CHECK(r.status().message().find("'devices' (flag") != std::string::npos);
   }
+  CHECK_FALSE(defaults->cuda_tf32);
+  auto tf32 = LoadConfig({}, MapEnv({{"HYPIC_CUDA_TF32", "true"}}));
+  REQUIRE_OK(tf32);
+  CHECK(tf32->cuda_tf32);
+  CHECK(DumpConfig(*tf32).find("cuda_tf32 = true") != std::string::npos);
+  CHECK_FALSE(LoadConfig({"--cuda-tf32", "maybe"}, MapEnv({})).ok());
 }
 
 TEST_CASE("peers: flags, env and TOML (strings or tables), errors naming the key") {

@@ -21,6 +21,23 @@ size_t Argmax(const float* x, int64_t n) {
   return static_cast<size_t>(std::max_element(x, x + n) - x);
 }
 
+TEST_CASE("cuda_tf32 keys an f32 model's entries apart, and is no change for bf16 weights") {
+  ScratchDir dir;
+  const auto path =
+      testing::WriteTiny(dir.path(), {.dtype = DType::kBF16, .weights = WeightsDType::kAuto});
+  for (WeightsDType w : {WeightsDType::kF32, WeightsDType::kBf16}) {
+    auto exact = LoadModel(path.string(), {}, {.weights = w});
+    auto tf32 = LoadModel(path.string(), {}, {.weights = w, .cuda_tf32 = true});
+    REQUIRE_OK(exact);
+    REQUIRE_OK(tf32);
+    if (w == WeightsDType::kF32) {
+      CHECK((*exact)->fingerprint() != (*tf32)->fingerprint());
+    } else {
+      CHECK((*exact)->fingerprint() == (*tf32)->fingerprint());  // TF32 touches f32 GEMMs only
+    }
+  }
+}
+
 TEST_CASE("bf16 weights stay within bf16 rounding of the f32 path over 256 positions") {
   for (WeightFormat format : {WeightFormat::kQwen3Next, WeightFormat::kQwen35}) {
     CAPTURE(WeightFormatName(format));
