@@ -401,15 +401,18 @@ int ChunkThreads(const Shape& shape, int chunk) {
   return std::clamp(cpu::ComputeThreads(), 1, int{shape.value_heads});
 }
 
-}  // namespace
-
-Status ChunkedForward(Variant variant, const Shape& shape, const Inputs& in,
-                      const float* initial_state, const Outputs& out, const ChunkOptions& options) {
-  HYPIC_RETURN_IF_ERROR(Validate(variant, shape, in));
-  const int chunk = options.chunk_size;
+Status CheckChunk(int chunk) {
   if (chunk != 16 && chunk != 32 && chunk != 64) {
     return BadRequest("chunk_size must be 16, 32 or 64, got " + std::to_string(chunk));
   }
+  return Status::Ok();
+}
+
+// ChunkedForward's work for value heads [h0, h1), with its own kernel and buffers, its
+// products on the calling thread: they are too small to thread, and on one thread their bits
+// do not depend on the budget or on how heads are split. Arguments checked by the caller.
+void RunHeads(Variant variant, const Shape& shape, const Inputs& in, const float* initial_state,
+              const Outputs& out, int chunk, int h0, int h1) {
   const int dk = shape.dk, dv = shape.dv, HV = shape.value_heads;
   const int group = HV / shape.key_heads;
   const TransitionForm form = TransitionFormOf(variant);
@@ -425,9 +428,7 @@ Status ChunkedForward(Variant variant, const Shape& shape, const Inputs& in,
   const bool main_chain =
       out.o != nullptr || out.final_state != nullptr || out.zero_state != nullptr;
 
-  // Runs heads [h0, h1) with its own kernel and buffers. Its products are too small to thread,
-  // and on one thread their bits do not depend on the budget or on how heads are split.
-  auto run_heads = [&](int h0, int h1) {
+  {
     cpu::ScopedComputeThreads one(1);
     ChunkKernel kernel(variant, shape, chunk);
     // Advances `state` (with outputs into `o` when not nullptr) and/or `t` over all tokens.
@@ -526,12 +527,33 @@ Status ChunkedForward(Variant variant, const Shape& shape, const Inputs& in,
         WriteTransition(form, shape, h, t.data(), log_sum, log_sum_diag.data(), out.transition);
       }
     }
-  };
+  }
+}
 
-  const int threads = ChunkThreads(shape, chunk);
+}  // namespace
+
+Status ChunkedForward(Variant variant, const Shape& shape, const Inputs& in,
+                      const float* initial_state, const Outputs& out, const ChunkOptions& options) {
+  HYPIC_RETURN_IF_ERROR(Validate(variant, shape, in));
+  HYPIC_RETURN_IF_ERROR(CheckChunk(options.chunk_size));
+  const int HV = shape.value_heads, threads = ChunkThreads(shape, options.chunk_size);
   cpu::ParallelFor(HV, (HV + threads - 1) / threads, [&](int64_t h0, int64_t h1) {
-    run_heads(static_cast<int>(h0), static_cast<int>(h1));
+    RunHeads(variant, shape, in, initial_state, out, options.chunk_size, static_cast<int>(h0),
+             static_cast<int>(h1));
   });
+  return Status::Ok();
+}
+
+Status ChunkedForwardHeads(Variant variant, const Shape& shape, const Inputs& in,
+                           const float* initial_state, const Outputs& out, int h0, int h1,
+                           const ChunkOptions& options) {
+  HYPIC_RETURN_IF_ERROR(Validate(variant, shape, in));
+  HYPIC_RETURN_IF_ERROR(CheckChunk(options.chunk_size));
+  if (h0 < 0 || h1 > shape.value_heads || h0 > h1) {
+    return BadRequest("heads [" + std::to_string(h0) + ", " + std::to_string(h1) + ") of " +
+                      std::to_string(shape.value_heads));
+  }
+  RunHeads(variant, shape, in, initial_state, out, options.chunk_size, h0, h1);
   return Status::Ok();
 }
 

@@ -258,18 +258,25 @@ void ComposeTransitionHead(TransitionForm form, const Shape& shape, int head, co
 
 void ApplyTransition(TransitionForm form, const Shape& shape, const float* transition,
                      const float* zero_state, float* state) {
-  const int64_t n = int64_t{shape.dk} * shape.dv;
   // Heads side by side, each on one thread: a head's product (dk x dk by dk x dv, 64^3 in
   // anchor-small) is too small to split, and one GEMM per head on the whole budget paid a
   // thread-team start per head.
   cpu::ParallelFor(shape.value_heads, 1, [&](int64_t h0, int64_t h1) {
-    std::vector<float> tmp(n);
-    for (int64_t h = h0; h < h1; ++h) {
-      ApplyHead(form, shape, static_cast<int>(h), transition, state + h * n,
-                zero_state != nullptr ? zero_state + h * n : nullptr, tmp.data());
-      std::memcpy(state + h * n, tmp.data(), n * sizeof(float));
-    }
+    ApplyTransitionHeads(form, shape, transition, zero_state, state, static_cast<int>(h0),
+                         static_cast<int>(h1));
   });
+}
+
+void ApplyTransitionHeads(TransitionForm form, const Shape& shape, const float* transition,
+                          const float* zero_state, float* state, int h0, int h1) {
+  const int64_t n = int64_t{shape.dk} * shape.dv;
+  thread_local std::vector<float> tmp;
+  tmp.resize(static_cast<size_t>(n));
+  for (int64_t h = h0; h < h1; ++h) {
+    ApplyHead(form, shape, static_cast<int>(h), transition, state + h * n,
+              zero_state != nullptr ? zero_state + h * n : nullptr, tmp.data());
+    std::memcpy(state + h * n, tmp.data(), n * sizeof(float));
+  }
 }
 
 void NaiveAdd(const Shape& shape, const float* zero_state, float* state) {

@@ -99,9 +99,20 @@ Status ChunkedForward(Variant variant, const Shape& shape, const Inputs& in,
                       const float* initial_state, const Outputs& out,
                       const ChunkOptions& options = {});
 
+// ChunkedForward for value heads [h0, h1) only, on the calling thread (its products on one
+// thread): the same pointers and layouts as the whole call, of which it writes only those
+// heads' parts, with the same bits. For a caller that splits heads over its own threads and
+// runs several steps per head in one parallel region (CpuForwardKernels::LinearSteps).
+Status ChunkedForwardHeads(Variant variant, const Shape& shape, const Inputs& in,
+                           const float* initial_state, const Outputs& out, int h0, int h1,
+                           const ChunkOptions& options = {});
+
 // S <- T S + S_zero for all heads, in place. `state` and `zero_state` are [HV, dk, dv].
 void ApplyTransition(TransitionForm form, const Shape& shape, const float* transition,
                      const float* zero_state, float* state);
+// ApplyTransition for value heads [h0, h1) only, on the calling thread; same pointers.
+void ApplyTransitionHeads(TransitionForm form, const Shape& shape, const float* transition,
+                          const float* zero_state, float* state, int h0, int h1);
 
 // The strawman: S <- S + S_zero (ignores T). Kept for ablations and benchmarks.
 void NaiveAdd(const Shape& shape, const float* zero_state, float* state);

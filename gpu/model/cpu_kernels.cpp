@@ -324,6 +324,50 @@ void CpuForwardKernels::JumpState(const linear::Shape& shape, const float* trans
   }
 }
 
+// Heads are independent through every step, so each thread takes a range of heads and runs all
+// the steps on it: one parallel region instead of one per step, with the same bits (a head's
+// chunked forward and jump run on one thread either way).
+void CpuForwardKernels::LinearSteps(linear::Variant variant, const linear::Shape& shape,
+                                    std::span<const LinearStep> steps, float* state) {
+  if (!status_.ok()) return;
+  for (const LinearStep& step : steps) {
+    if (step.tokens == 0) continue;
+    linear::Shape s = shape;
+    s.tokens = step.tokens;
+    status_ = linear::Validate(variant, s, step.in);
+    if (!status_.ok()) return;
+  }
+  const int heads = shape.value_heads;
+  const int threads = std::clamp(cpu::ComputeThreads(), 1, heads);
+  const int64_t head_floats = int64_t{shape.dk} * shape.dv;
+  Mutex mu;
+  Status failed;
+  cpu::ParallelFor(heads, (heads + threads - 1) / threads, [&](int64_t h0, int64_t h1) {
+    const auto a = static_cast<int>(h0), b = static_cast<int>(h1);
+    for (const LinearStep& step : steps) {
+      linear::Shape s = shape;
+      s.tokens = step.tokens;
+      if (step.tokens > 0) {
+        Status st = linear::ChunkedForwardHeads(variant, s, step.in, state,
+                                                {.o = step.o, .final_state = state}, a, b);
+        if (!st.ok()) {
+          MutexLock lock(&mu);
+          failed = std::move(st);
+          return;
+        }
+      } else if (step.transition != nullptr) {
+        linear::ApplyTransitionHeads(linear::TransitionForm::kDense, s, step.transition,
+                                     step.zero_state, state, a, b);
+      } else {
+        for (int64_t i = h0 * head_floats; i < h1 * head_floats; ++i) {
+          state[i] += step.zero_state[i];
+        }
+      }
+    }
+  });
+  if (!failed.ok()) status_ = failed;
+}
+
 void CpuForwardKernels::Attention(const AttentionShape& shape, const float* q, const float* k,
                                   const float* v, float* out, std::span<const int64_t> positions) {
   CausalAttention(shape, q, k, v, out, positions, &scratch_.kv_pack);

@@ -78,6 +78,8 @@ class CpuForwardKernels final : public ForwardKernels {
                      const float* initial, const linear::Outputs& out) override;
   void JumpState(const linear::Shape& shape, const float* transition, const float* zero_state,
                  float* state) override;
+  void LinearSteps(linear::Variant variant, const linear::Shape& shape,
+                   std::span<const LinearStep> steps, float* state) override;
   void Attention(const AttentionShape& shape, const float* q, const float* k, const float* v,
                  float* out, std::span<const int64_t> positions) override;
   void SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows, int64_t cols) override;

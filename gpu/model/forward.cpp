@@ -195,6 +195,14 @@ Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, float* 
   float* conv = k.Mirror(ls.conv.data(), conv_floats, /*read=*/true);
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
 
+  // The state's steps (live blocks and jumps) gather here and run in one LinearSteps call;
+  // the conv state, which no step reads, advances block by block as the inputs are built.
+  linear_steps_.clear();
+  auto run_steps = [&] {
+    if (linear_steps_.empty()) return;
+    k.LinearSteps(linear::Variant::kGdn, GdnShape(c, 0), linear_steps_, state);
+    linear_steps_.clear();
+  };
   for (size_t bi = 0; bi < blocks_.size(); ++bi) {
     const Block& b = blocks_[bi];
     const bool capturing = static_cast<int64_t>(bi) == capture_block_;
@@ -206,7 +214,8 @@ Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, float* 
       const float* zero = EntryInput(*s, state_floats);
       const float* transition =
           mode_ == ComposeMode::kNaive ? nullptr : EntryInput(*t, nv * dk * dk);
-      k.JumpState(GdnShape(c, b.n), transition, zero, state);
+      linear_steps_.push_back(
+          {.tokens = 0, .in = {}, .o = nullptr, .transition = transition, .zero_state = zero});
       k.Copy2D(conv, conv_floats, EntryInput(*tail, conv_floats), conv_floats, 1, conv_floats);
       continue;
     }
@@ -251,9 +260,18 @@ Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, float* 
       k.LinearForward(linear::Variant::kGdn, GdnShape(c, len), in, state, out);
     };
     if (ct == nullptr) {
-      run(r0, n, {});
+      linear_steps_.push_back({.tokens = n,
+                               .in = {.q = q + r0 * nk * dk,
+                                      .k = kk + r0 * nk * dk,
+                                      .v = v + r0 * vw,
+                                      .g = gate + r0 * nv,
+                                      .beta = beta + r0 * nv},
+                               .o = o + r0 * vw,
+                               .transition = nullptr,
+                               .zero_state = nullptr});
       continue;
     }
+    run_steps();  // the capture's runs come after every earlier step
     // The entry's pair covers [w, n) and starts from zero (the forward runs that chain beside
     // the one from the running state, which gives the outputs).
     const int64_t seam = capture_seam_;
@@ -262,6 +280,7 @@ Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, float* 
         {.zero_state = k.Mirror(ct->s, state_floats, /*read=*/false),
          .transition = k.Mirror(ct->t, nv * dk * dk, /*read=*/false)});
   }
+  run_steps();
 
   // Plain gated RMSNorm per value head: w * x / rms(x) * silu(z).
   k.GatedRmsNorm(o, proj + ch, cin, Weight(g.norm), rows, nv, dv,

@@ -149,6 +149,7 @@ class Model::Pass {
   std::vector<std::vector<float>> widened_;
   size_t widened_used_ = 0;
 
+  std::vector<LinearStep> linear_steps_;         // a GDN layer's steps (GdnLayer)
   std::vector<ExpertWeights> experts_;           // an MoE layer's expert weights (MlpLayer)
   std::array<std::vector<float>, 2> emit_host_;  // EmitLayer's host staging (devices only)
   std::vector<int64_t> live_positions_;          // the position of every live row, in row order

@@ -5,6 +5,19 @@
 
 namespace hypic::model {
 
+void ForwardKernels::LinearSteps(linear::Variant variant, const linear::Shape& shape,
+                                 std::span<const LinearStep> steps, float* state) {
+  for (const LinearStep& step : steps) {
+    linear::Shape s = shape;
+    s.tokens = step.tokens;
+    if (step.tokens > 0) {
+      LinearForward(variant, s, step.in, state, {.o = step.o, .final_state = state});
+    } else {
+      JumpState(s, step.transition, step.zero_state, state);
+    }
+  }
+}
+
 Result<std::unique_ptr<ForwardKernels>> CreateForwardKernels(const ComputeDevice& device,
                                                              const ModelWeights& weights,
                                                              DeviceContextCache& cache) {

@@ -61,6 +61,18 @@ struct AttentionShape {
 // of the first C = 2*H*dk + HV*dv columns of the projection, read in place, then from its
 // output q and k (L2-normalised per head, q scaled) and v, and from b and a beta and the log
 // decay.
+// One step of a linear-attention layer's recurrence over a pass's blocks (LinearSteps): a
+// live block of `tokens` > 0 rows (its inputs; o written, [tokens, HV, dv] at row stride
+// HV * dv), or, with `tokens` == 0, the jump over a cached segment (JumpState's transition
+// and zero_state).
+struct LinearStep {
+  int64_t tokens = 0;
+  linear::Inputs in;
+  float* o = nullptr;
+  const float* transition = nullptr;
+  const float* zero_state = nullptr;
+};
+
 struct GdnInputArgs {
   int64_t rows = 0;
   int64_t key_heads = 0, value_heads = 0, dk = 0, dv = 0;
@@ -155,6 +167,12 @@ class ForwardKernels {
   // `transition` is null (the naive strawman). Dense T, [HV, dk, dk].
   virtual void JumpState(const linear::Shape& shape, const float* transition,
                          const float* zero_state, float* state) = 0;
+  // `steps` in order on the running state `state` (shape.tokens is ignored): each live step as
+  // LinearForward with final_state = state, each jump as JumpState. The default runs them one
+  // by one; the CPU runs every head's steps in one parallel region (a compose alternates a
+  // seam's few live rows with a jump, 2 x 16 short steps per layer at 16 segments).
+  virtual void LinearSteps(linear::Variant variant, const linear::Shape& shape,
+                           std::span<const LinearStep> steps, float* state);
   // Causal softmax attention of one query row per entry of `positions` (non-decreasing): row r
   // attends the keys/values at positions [0, positions[r]]. q/out [rows, heads, hd]; k/v
   // [positions, kv_heads, hd]. A pass's live rows go in one call, whatever cached blocks lie
