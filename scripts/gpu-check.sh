@@ -66,10 +66,18 @@ stage() {
   fi
 }
 
-# Runs "$@" with a time cap, its output to $out/$name.log and the console; never fails the run.
+# Runs "$@" with a time cap (cut to what is left of the run's budget), its output to
+# $out/$name.log and the console; never fails the run.
+budget_s=${GPU_CHECK_BUDGET_S:-470}
 step() {
   local name=$1 cap=$2
   shift 2
+  local left=$((budget_s - SECONDS))
+  if [ "$left" -lt 10 ]; then
+    echo "== $name: skipped, the run's ${budget_s} s are spent" | tee -a "$out/summary.txt"
+    return
+  fi
+  [ "$cap" -gt "$left" ] && cap=$left
   echo "== $name (cap ${cap}s)"
   local t0=$SECONDS rc=0
   timeout --kill-after=5 "$cap" "$@" > "$out/$name.log" 2>&1 || rc=$?
