@@ -155,6 +155,40 @@ TEST_CASE("CUDA passes match the CPU passes on the tiny model") {
   }
 }
 
+// The `small` preset's shapes (dk = dv = 64 with 8 value heads, attention head_dim 64, 8 MoE
+// experts) at the prompt lengths a deployment sees: a 4,096-token prefill and a compose of
+// 3 x 1,024 + 32 on the f32 path, every logit and state within the fp32 bound.
+TEST_CASE("CUDA passes match the CPU passes on the small preset, 4k-token prompts") {
+  if (!CheckComputeDevice(kCuda).ok()) {
+    MESSAGE("skipped: no CUDA device");
+    return;
+  }
+  ScratchDir dir;
+  auto loaded = LoadModel("builtin:small", dir.path(), {.weights = WeightsDType::kF32});
+  REQUIRE_OK(loaded);
+  const Model& m = **loaded;
+  const auto vocab = static_cast<uint32_t>(m.config().vocab_size);
+  hypic::testing::SeededRng rng(41);
+  const auto prompt = rng.Tokens(4096, vocab);
+  auto want = m.FullPrefill(prompt);
+  auto got = m.FullPrefill(prompt, {.device = kCuda});
+  REQUIRE_OK(want);
+  REQUIRE_OK(got);
+  CHECK(RelErr(got->logits, want->logits) <= kBound);
+  CheckStates(got->state, want->state);
+
+  std::vector<ComposePart> parts;
+  for (int i = 0; i < 3; ++i) parts.push_back({Kind::kSegment, rng.Tokens(1024, vocab), nullptr});
+  parts.push_back({Kind::kRaw, rng.Tokens(32, vocab), nullptr});
+  REQUIRE_OK(m.PrefillEntries(parts, ComposeMode::kHypic, {.seam_w = 8}));
+  auto cpu = m.Compose(parts, {.seam_w = 8, .want_state = true});
+  auto gpu = m.Compose(parts, {.seam_w = 8, .want_state = true, .device = kCuda});
+  REQUIRE_OK(cpu);
+  REQUIRE_OK(gpu);
+  CHECK(RelErr(gpu->logits, cpu->logits) <= kBound);
+  CheckStates(gpu->state, cpu->state);
+}
+
 size_t Argmax(const float* x, int64_t n) {
   return static_cast<size_t>(std::max_element(x, x + n) - x);
 }
