@@ -19,6 +19,8 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/seeded_rng.h"
+
 extern char** environ;
 
 namespace hypic::e2e {
@@ -428,6 +430,23 @@ Result<protocol::HelloReply> RawConn::Hello(const std::string& token,
   HYPIC_ASSIGN_OR_RETURN(ReplyFrame r, Call(protocol::Opcode::kHello, body));
   if (r.status() != StatusCode::kOk) return Status(r.status(), r.text());
   return protocol::Decode<protocol::HelloReply>(r.body);
+}
+
+std::vector<protocol::ComposePart> SegmentsPrompt(uint64_t seed, size_t segments, size_t tokens,
+                                                  uint32_t vocab) {
+  testing::SeededRng rng(seed);
+  std::vector<protocol::ComposePart> parts;
+  for (size_t i = 0; i < segments; ++i) {
+    protocol::ComposePart p;
+    p.kind = protocol::PartKind::kSegmentTokens;
+    p.tokens = rng.Tokens(tokens, vocab);
+    parts.push_back(std::move(p));
+  }
+  protocol::ComposePart question;
+  question.kind = protocol::PartKind::kRaw;
+  question.tokens = rng.Tokens(5, vocab);
+  parts.push_back(std::move(question));
+  return parts;
 }
 
 }  // namespace hypic::e2e

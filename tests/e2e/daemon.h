@@ -147,4 +147,9 @@ std::string HttpGet(uint16_t port, const std::string& path, const std::string& h
 // Bytes of a string, for bodies.
 protocol::Bytes AsBytes(std::string_view s);
 
+// A COMPOSE prompt of `segments` segments of `tokens` random tokens each (below `vocab`, the
+// builtin:tiny model's by default), then a 5-token raw question, all from `seed`.
+std::vector<protocol::ComposePart> SegmentsPrompt(uint64_t seed, size_t segments, size_t tokens,
+                                                  uint32_t vocab = 256);
+
 }  // namespace hypic::e2e

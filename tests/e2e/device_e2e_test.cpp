@@ -15,30 +15,11 @@
 
 #include "tests/e2e/daemon.h"
 #include "tests/support/check_ok.h"
-#include "tests/support/seeded_rng.h"
 
 namespace hypic::e2e {
 namespace {
 
 using protocol::Opcode;
-
-constexpr uint32_t kVocab = 256;  // builtin:tiny
-
-std::vector<protocol::ComposePart> Prompt(uint64_t seed, size_t segments, size_t tokens) {
-  testing::SeededRng rng(seed);
-  std::vector<protocol::ComposePart> parts;
-  for (size_t i = 0; i < segments; ++i) {
-    protocol::ComposePart p;
-    p.kind = protocol::PartKind::kSegmentTokens;
-    p.tokens = rng.Tokens(tokens, kVocab);
-    parts.push_back(std::move(p));
-  }
-  protocol::ComposePart question;
-  question.kind = protocol::PartKind::kRaw;
-  question.tokens = rng.Tokens(5, kVocab);
-  parts.push_back(std::move(question));
-  return parts;
-}
 
 protocol::ComposeReply Compose(RawConn& conn, const std::vector<protocol::ComposePart>& parts) {
   protocol::ComposeRequest req;
@@ -79,7 +60,7 @@ TEST_CASE("hypicd --devices cuda: COMPOSE logits equal the CPU daemon's within t
 
   for (uint64_t seed : {1u, 2u}) {  // the second prompt shares nothing: all misses again
     CAPTURE(seed);
-    const auto prompt = Prompt(seed, 6, 120);
+    const auto prompt = SegmentsPrompt(seed, 6, 120);
     const protocol::ComposeReply want = Compose(*c, prompt);
     const protocol::ComposeReply got = Compose(*g, prompt);
     REQUIRE(got.logits.size() == want.logits.size());

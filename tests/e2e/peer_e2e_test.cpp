@@ -34,7 +34,6 @@ namespace {
 using protocol::Opcode;
 using testing::SeededRng;
 
-constexpr uint32_t kVocab = 256;
 
 // Every daemon of a test has the same compute budget (one prefill worker on the same cores), so
 // an entry is bitwise the same whichever daemon computed it.
@@ -51,22 +50,6 @@ RawConn Admin(const Daemon& d) {
   auto c = RawConn::UnixHello(d.unix_path());
   REQUIRE_OK(c);
   return std::move(c).value();
-}
-
-std::vector<protocol::ComposePart> Prompt(uint64_t seed, size_t segments, size_t tokens) {
-  SeededRng rng(seed);
-  std::vector<protocol::ComposePart> parts;
-  for (size_t i = 0; i < segments; ++i) {
-    protocol::ComposePart p;
-    p.kind = protocol::PartKind::kSegmentTokens;
-    p.tokens = rng.Tokens(tokens, kVocab);
-    parts.push_back(std::move(p));
-  }
-  protocol::ComposePart question;
-  question.kind = protocol::PartKind::kRaw;
-  question.tokens = rng.Tokens(5, kVocab);
-  parts.push_back(std::move(question));
-  return parts;
 }
 
 // COMPOSE with the whole logit row and the state; any failure as a Status (usable off the test
@@ -164,7 +147,7 @@ TEST_CASE("router + two peers: bitwise the result of one daemon computing everyt
   RawConn ref = Admin(**reference);
   RawConn r = Admin(**router);
 
-  const auto prompt = Prompt(18, 9, 160);
+  const auto prompt = SegmentsPrompt(18, 9, 160);
   const auto want = Compose(ref, prompt);
   const auto got = Compose(r, prompt);
   CheckSame(r, ref, got, want);
@@ -220,8 +203,8 @@ TEST_CASE("a peer killed with -9 while it holds a job: the request completes, bi
 
   // One large segment, the peer's job, long enough to kill the peer while it computes it, and
   // three small ones for the router's worker.
-  auto prompt = Prompt(2, 3, 128);
-  prompt.insert(prompt.begin(), Prompt(7, 1, 8192).front());
+  auto prompt = SegmentsPrompt(2, 3, 128);
+  prompt.insert(prompt.begin(), SegmentsPrompt(7, 1, 8192).front());
   const auto want = Compose(ref, prompt);
   Result<protocol::ComposeReply> got = Internal("not run");
   std::thread request([&] {
@@ -263,7 +246,7 @@ TEST_CASE("a peer serving another model fingerprint is refused and logged") {
   RawConn ref = Admin(**reference);
   RawConn r = Admin(**router);
   RawConn o = Admin(**other);
-  const auto prompt = Prompt(3, 4, 64);
+  const auto prompt = SegmentsPrompt(3, 4, 64);
   CheckSame(r, ref, Compose(r, prompt), Compose(ref, prompt));
   const nlohmann::json row = PeerRow(Stats(r), Address(**other));
   CHECK(row["refused"] == true);
@@ -302,7 +285,7 @@ TEST_CASE("peers answering garbage are rejected: nothing of theirs is stored or 
   auto hello = tcp->Hello();
   REQUIRE_OK(hello);
   // A real, well-formed entry, but of other tokens: it passes its checksums, not the key check.
-  const auto decoy = Prompt(99, 1, 64);
+  const auto decoy = SegmentsPrompt(99, 1, 64);
   const auto decoy_reply = Compose(ref, decoy);
   protocol::Bytes wrong_entry = Get(ref, decoy_reply.parts[0].key);
   SeededRng rng(5);
@@ -316,7 +299,7 @@ TEST_CASE("peers answering garbage are rejected: nothing of theirs is stored or 
                "--peer-backoff-ms", "60s", "--peer-timeout-ms", "5s"}));
   REQUIRE_OK(router);
   RawConn r = Admin(**router);
-  const auto prompt = Prompt(4, 6, 64);
+  const auto prompt = SegmentsPrompt(4, 6, 64);
   const auto want = Compose(ref, prompt);
   CheckSame(r, ref, Compose(r, prompt), want);  // the router stored only the prompt's entries
   const nlohmann::json stats = Stats(r);
