@@ -34,7 +34,6 @@ namespace {
 using protocol::Opcode;
 using testing::SeededRng;
 
-
 // Every daemon of a test has the same compute budget (one prefill worker on the same cores), so
 // an entry is bitwise the same whichever daemon computed it.
 DaemonOptions Options(std::vector<std::string> extra = {}) {
