@@ -231,6 +231,10 @@ Result<uint16_t> Metrics::Serve(const Endpoint& endpoint, std::function<MetricsH
   return port;
 }
 
+void Metrics::StopServing() {
+  if (http_) http_->Stop();
+}
+
 void Metrics::SetTierSampler(TierSampler sampler) { tiers_->Set(std::move(sampler)); }
 void Metrics::SetPeerSampler(PeerSampler sampler) { peers_->Set(std::move(sampler)); }
 void Metrics::SetWorkerSampler(WorkerSampler sampler) { workers_->Set(std::move(sampler)); }

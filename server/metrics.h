@@ -118,6 +118,10 @@ class Metrics {
   Result<uint16_t> Serve(const Endpoint& endpoint, std::function<MetricsHttpHealth()> health = {},
                          std::string bearer_token = "");
 
+  // Stops the HTTP endpoint (idempotent): no scrape or probe runs after it returns, so an
+  // owner can tear down what the samplers and the health function read.
+  void StopServing();
+
   // The store's counters, read at every scrape. Call before Serve; not thread-safe with scrapes.
   void SetTierSampler(TierSampler sampler);
   // The peers' counters, read at every scrape. Same rules as SetTierSampler.

@@ -79,6 +79,9 @@ Server::Server(ServerConfig config)
       drain_timer_(io_) {}
 
 Server::~Server() {
+  // The samplers and probes read the store, the pool and the peers, which go before metrics_:
+  // no scrape may run once teardown starts.
+  if (metrics_) metrics_->StopServing();
   // Workers may still hold requests that post into the io_context: stop them first.
   if (compute_) compute_->Stop();
 }
