@@ -146,7 +146,7 @@ class Model::Pass {
   // fp32 widenings of bf16/f16 entry tensors. The kernels may read them until Finish; on the
   // CPU they are done reading when a step returns, so the buffers are reused from layer to
   // layer (widened_used_ resets) instead of holding a widened copy of every entry.
-  std::vector<std::vector<float>> widened_;
+  std::vector<UninitializedVector<float>> widened_;  // every element written before read
   size_t widened_used_ = 0;
 
   std::vector<LinearStep> linear_steps_;         // a GDN layer's steps (GdnLayer)
