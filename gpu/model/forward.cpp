@@ -10,6 +10,19 @@
 namespace hypic::model {
 namespace {
 
+// ConvertElements split over the compute threads: a compose of bf16 entries widens every
+// cached position's K/V (tens of MB), which on one thread cost 8 of a 52 ms compose (16 x 1024
+// + 32, builtin:small, 2 threads), and a bf16 entry's capture is rounded the same way.
+void ConvertOnComputeThreads(DType from, const void* src, DType to, void* dst, int64_t n) {
+  const auto* s = static_cast<const std::byte*>(src);
+  auto* d = static_cast<std::byte*>(dst);
+  const auto from_size = static_cast<int64_t>(DTypeSize(from));
+  const auto to_size = static_cast<int64_t>(DTypeSize(to));
+  cpu::ParallelFor(n, int64_t{1} << 14, [&](int64_t i0, int64_t i1) {
+    ConvertElements(from, s + i0 * from_size, to, d + i0 * to_size, static_cast<size_t>(i1 - i0));
+  });
+}
+
 linear::Shape GdnShape(const ModelConfig& c, int64_t tokens) {
   linear::Shape s;
   s.tokens = tokens;
@@ -55,23 +68,16 @@ const float* Model::Pass::EntryInput(const EntryTensor& t, int64_t n) {
   if (widened_used_ == widened_.size()) widened_.emplace_back();
   UninitializedVector<float>& buf = widened_[widened_used_++];
   buf.resize(static_cast<size_t>(n));
-  // Entry tensors are validated (IsEntryDType) before a pass sees them. Widened on the compute
-  // threads: a compose of bf16 entries widens every cached position's K/V (tens of MB), which
-  // on one thread cost 8 of a 52 ms compose (16 x 1024 + 32, builtin:small, 2 threads).
-  const DType from = t.view.dtype();
-  const auto* src = static_cast<const std::byte*>(t.view.data());
-  cpu::ParallelFor(n, int64_t{1} << 14, [&](int64_t i0, int64_t i1) {
-    ConvertElements(from, src + i0 * static_cast<int64_t>(DTypeSize(from)), DType::kF32,
-                    buf.data() + i0, static_cast<size_t>(i1 - i0));
-  });
+  // Entry tensors are validated (IsEntryDType) before a pass sees them.
+  ConvertOnComputeThreads(t.view.dtype(), t.view.data(), DType::kF32, buf.data(), n);
   return kernels_->Input(buf.data(), n);
 }
 
 Status Model::Pass::FinishPass() {
   HYPIC_RETURN_IF_ERROR(kernels_->Finish());
   for (Rounding& r : roundings_) {
-    ConvertElements(DType::kF32, r.f32.data(), r.dst.dtype(), r.dst.data(),
-                    static_cast<size_t>(r.dst.NumElements()));
+    ConvertOnComputeThreads(DType::kF32, r.f32.data(), r.dst.dtype(), r.dst.data(),
+                            r.dst.NumElements());
   }
   roundings_.clear();
   return Status::Ok();
