@@ -13,39 +13,20 @@
 #include <vector>
 
 #include "gpu/model/cpu_attention.h"
+#include "tests/gpu/model/attention_problem.h"
 #include "tests/gpu/model/model_test_util.h"
 #include "tests/support/seeded_rng.h"
 
 namespace hypic::model {
 namespace {
 
+using testing::AttentionProblem;
+using testing::Contiguous;
+using testing::MakeAttentionProblem;
+
 using testing::RelErr;
 
-struct Problem {
-  AttentionShape shape;
-  std::vector<int64_t> positions;
-  std::vector<float> q, k, v;  // q: [rows, heads, hd]; k, v: [keys, kv_heads, hd]
-};
-
-Problem MakeProblem(int64_t heads, int64_t kv_heads, int64_t hd, std::vector<int64_t> positions,
-                    uint64_t seed) {
-  Problem p{{heads, kv_heads, hd}, std::move(positions), {}, {}, {}};
-  hypic::testing::SeededRng rng(seed);
-  const auto rows = static_cast<int64_t>(p.positions.size());
-  const int64_t keys = p.positions.back() + 1;
-  p.q = rng.NormalVector(static_cast<size_t>(rows * heads * hd));
-  p.k = rng.NormalVector(static_cast<size_t>(keys * kv_heads * hd));
-  p.v = rng.NormalVector(static_cast<size_t>(keys * kv_heads * hd));
-  return p;
-}
-
-std::vector<int64_t> Contiguous(int64_t from, int64_t n) {
-  std::vector<int64_t> p(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = from + i;
-  return p;
-}
-
-std::vector<float> CpuAttention(const Problem& p) {
+std::vector<float> CpuAttention(const AttentionProblem& p) {
   std::vector<float> out(p.q.size(), -1.0f);
   std::vector<uint32_t> pack;
   CausalAttention(p.shape, p.q.data(), p.k.data(), p.v.data(), out.data(), p.positions, &pack);
@@ -60,8 +41,8 @@ struct BlockResult {
 
 // The tile kernel's block (tile, group, split) of AttentionTileKernel: kAttentionKeyTile keys
 // at a time, scores, the block max over visible keys, Advance, weights, Accumulate, PV.
-BlockResult RunBlock(const Problem& p, const AttentionTiles& t, int64_t tile, int64_t group,
-                     int64_t split) {
+BlockResult RunBlock(const AttentionProblem& p, const AttentionTiles& t, int64_t tile,
+                     int64_t group, int64_t split) {
   const int64_t hd = p.shape.head_dim, ldq = p.shape.heads * hd, ldk = p.shape.kv_heads * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t live = t.Live(tile), g = t.KvHead(group);
@@ -103,7 +84,7 @@ BlockResult RunBlock(const Problem& p, const AttentionTiles& t, int64_t tile, in
 
 // Every block of the plan; without split-K each block's rows are normalised into out, with it
 // the ranges' partials are merged in range order (CombineKernel) first.
-std::vector<float> TiledAttention(const Problem& p, const AttentionTiles& t) {
+std::vector<float> TiledAttention(const AttentionProblem& p, const AttentionTiles& t) {
   const int64_t hd = p.shape.head_dim, heads = p.shape.heads;
   std::vector<float> out(p.q.size(), -1.0f);
   std::vector<SoftmaxRow> merged(static_cast<size_t>(t.rows * heads));
@@ -133,7 +114,7 @@ std::vector<float> TiledAttention(const Problem& p, const AttentionTiles& t) {
   return out;
 }
 
-AttentionTiles Plan(const Problem& p) {
+AttentionTiles Plan(const AttentionProblem& p) {
   return PlanAttentionTiles(p.shape.heads, p.shape.kv_heads,
                             static_cast<int64_t>(p.positions.size()), p.positions.back() + 1);
 }
@@ -148,7 +129,8 @@ TEST_CASE("tiled attention from the tile math matches CausalAttention") {
         CAPTURE(hd);
         CAPTURE(ratio);
         CAPTURE(prefix);
-        const Problem p = MakeProblem(2 * ratio, 2, hd, Contiguous(prefix, 150), hd + ratio);
+        const AttentionProblem p =
+            MakeAttentionProblem(2 * ratio, 2, hd, Contiguous(prefix, 150), hd + ratio);
         const AttentionTiles t = Plan(p);
         REQUIRE_FALSE(t.split());
         CHECK(t.tiling.heads == ratio);
@@ -164,11 +146,11 @@ TEST_CASE("tiled attention: seam rows spread over a long context, and groups wid
     for (int64_t i = 0; i < 5; ++i) seams.push_back(s * 97 + i);
   }
   for (int64_t i = 0; i < 9; ++i) seams.push_back(600 + i);
-  const Problem spread = MakeProblem(8, 2, 64, seams, 21);
+  const AttentionProblem spread = MakeAttentionProblem(8, 2, 64, seams, 21);
   CHECK(RelErr(TiledAttention(spread, Plan(spread)), CpuAttention(spread)) <= kBound);
 
   // 96 heads on one kv head: 48 of them per tile (the largest divisor within 64), one position.
-  const Problem wide = MakeProblem(96, 1, 16, Contiguous(3, 20), 22);
+  const AttentionProblem wide = MakeAttentionProblem(96, 1, 16, Contiguous(3, 20), 22);
   const AttentionTiles t = Plan(wide);
   CHECK(t.tiling.heads == 48);
   CHECK(t.tiling.positions == 1);
@@ -184,8 +166,8 @@ TEST_CASE("split-K attention from the tile math matches CausalAttention") {
         CAPTURE(ratio);
         CAPTURE(rows);
         // The rows end at key 4999: 5000 keys, not a multiple of the key tile.
-        const Problem p =
-            MakeProblem(2 * ratio, 2, hd, Contiguous(5000 - rows, rows), 100 + hd + ratio + rows);
+        const AttentionProblem p = MakeAttentionProblem(
+            2 * ratio, 2, hd, Contiguous(5000 - rows, rows), 100 + hd + ratio + rows);
         const AttentionTiles t = Plan(p);
         REQUIRE(t.split());
         CHECK(t.splits > 1);
@@ -201,7 +183,7 @@ TEST_CASE("split-K attention from the tile math matches CausalAttention") {
 TEST_CASE("split-K: seam rows whose later ranges are empty for the early rows") {
   // Rows at 10..12 and 4000..4004: every range past key 12 is empty for the first three.
   std::vector<int64_t> positions = {10, 11, 12, 4000, 4001, 4002, 4003, 4004};
-  const Problem p = MakeProblem(8, 2, 64, positions, 31);
+  const AttentionProblem p = MakeAttentionProblem(8, 2, 64, positions, 31);
   const AttentionTiles t = Plan(p);
   REQUIRE(t.split());
   CHECK(RelErr(TiledAttention(p, t), CpuAttention(p)) <= kBound);

@@ -12,41 +12,20 @@
 
 #include "core/dtype.h"
 #include "gpu/cpu/compute_threads.h"
-#include "tests/support/seeded_rng.h"
+#include "tests/gpu/model/attention_problem.h"
 
 namespace hypic::model {
 namespace {
 
-struct Case {
-  AttentionShape shape;
-  std::vector<int64_t> positions;
-  std::vector<float> q, k, v;  // q: [rows, heads, hd]; k, v: [keys, kv_heads, hd]
-};
-
-Case MakeCase(int64_t heads, int64_t kv_heads, int64_t hd, std::vector<int64_t> positions,
-              uint64_t seed) {
-  Case c{{heads, kv_heads, hd}, std::move(positions), {}, {}, {}};
-  testing::SeededRng rng(seed);
-  const auto rows = static_cast<int64_t>(c.positions.size());
-  const int64_t keys = c.positions.back() + 1;
-  // Unit-variance q and k per element: logits q.k / sqrt(hd) of unit scale, as after q/k norms.
-  c.q = rng.NormalVector(static_cast<size_t>(rows * heads * hd));
-  c.k = rng.NormalVector(static_cast<size_t>(keys * kv_heads * hd));
-  c.v = rng.NormalVector(static_cast<size_t>(keys * kv_heads * hd));
-  return c;
-}
-
-std::vector<int64_t> Contiguous(int64_t from, int64_t n) {
-  std::vector<int64_t> p(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = from + i;
-  return p;
-}
+using testing::AttentionProblem;
+using testing::Contiguous;
+using testing::MakeAttentionProblem;
 
 float RoundBf16(float x) { return Bf16ToF32(F32ToBf16(x)); }
 
 // float64 softmax attention; with bf16 operands q (scaled), k and v are first rounded as the
 // bf16 kernel rounds them.
-std::vector<double> Reference(const Case& c, bool bf16_operands) {
+std::vector<double> Reference(const AttentionProblem& c, bool bf16_operands) {
   const int64_t nh = c.shape.heads, hd = c.shape.head_dim, group = nh / c.shape.kv_heads;
   const int64_t ldq = nh * hd, ldk = c.shape.kv_heads * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -82,7 +61,7 @@ std::vector<double> Reference(const Case& c, bool bf16_operands) {
   return out;
 }
 
-std::vector<float> Run(const Case& c, bool bf16, int threads) {
+std::vector<float> Run(const AttentionProblem& c, bool bf16, int threads) {
   cpu::ScopedComputeThreads budget(threads);
   AttentionShape shape = c.shape;
   shape.bf16_products = bf16;
@@ -108,24 +87,25 @@ double MaxAbs(const std::vector<float>& x) {
 // 128, 256 and 48 (every column chunk of the PV kernel), MHA; rows that are not a multiple of the
 // tiles, key counts that cross the key blocks, and a compose-like set of rows (seams spread over a
 // long context).
-std::vector<Case> Cases() {
-  std::vector<Case> cases;
-  cases.push_back(MakeCase(8, 2, 64, Contiguous(0, 300), 1));
-  cases.push_back(MakeCase(4, 1, 128, Contiguous(0, 157), 2));
-  cases.push_back(MakeCase(2, 2, 256, Contiguous(0, 70), 3));
-  cases.push_back(MakeCase(4, 2, 16, Contiguous(0, 90), 5));  // the tiny model's
-  cases.push_back(MakeCase(2, 1, 48, Contiguous(0, 40), 6));  // chunks of 2 and 1 vectors
+std::vector<AttentionProblem> Cases() {
+  std::vector<AttentionProblem> cases;
+  cases.push_back(MakeAttentionProblem(8, 2, 64, Contiguous(0, 300), 1));
+  cases.push_back(MakeAttentionProblem(4, 1, 128, Contiguous(0, 157), 2));
+  cases.push_back(MakeAttentionProblem(2, 2, 256, Contiguous(0, 70), 3));
+  cases.push_back(MakeAttentionProblem(4, 2, 16, Contiguous(0, 90), 5));  // the tiny model's
+  cases.push_back(
+      MakeAttentionProblem(2, 1, 48, Contiguous(0, 40), 6));  // chunks of 2 and 1 vectors
   std::vector<int64_t> seams;
   for (int64_t s = 0; s < 6; ++s) {
     for (int64_t i = 0; i < 5; ++i) seams.push_back(s * 97 + i);
   }
   for (int64_t i = 0; i < 9; ++i) seams.push_back(600 + i);
-  cases.push_back(MakeCase(8, 2, 64, seams, 4));
+  cases.push_back(MakeAttentionProblem(8, 2, 64, seams, 4));
   return cases;
 }
 
 TEST_CASE("fp32 products match a float64 attention") {
-  for (const Case& c : Cases()) {
+  for (const AttentionProblem& c : Cases()) {
     CAPTURE(c.shape.head_dim);
     CAPTURE(c.positions.size());
     const double err = MaxAbsError(Run(c, false, 2), Reference(c, false));
@@ -140,7 +120,7 @@ TEST_CASE(
     MESSAGE("skipped: this build has no AVX512-BF16 attention kernel (bf16 falls back to fp32)");
     return;
   }
-  for (const Case& c : Cases()) {
+  for (const AttentionProblem& c : Cases()) {
     CAPTURE(c.shape.head_dim);
     CAPTURE(c.positions.size());
     REQUIRE(HasBf16Attention(c.shape.head_dim));
@@ -158,12 +138,12 @@ TEST_CASE(
 TEST_CASE("a row's output does not depend on the call's other rows nor on the thread count") {
   for (bool bf16 : {false, true}) {
     CAPTURE(bf16);
-    const Case all = MakeCase(8, 2, 64, Contiguous(0, 400), 7);
+    const AttentionProblem all = MakeAttentionProblem(8, 2, 64, Contiguous(0, 400), 7);
     const std::vector<float> full = Run(all, bf16, 2);
     CHECK(Run(all, bf16, 1) == full);
     // Every third row and the last 20 (at least kBf16AttentionMinRows rows, so the same
     // products apply), as a compose's seams and suffix are a subset of a prefill's rows.
-    Case some = all;
+    AttentionProblem some = all;
     some.positions.clear();
     for (int64_t r = 0; r < 400; ++r) {
       if (r % 3 == 0 || r >= 380) some.positions.push_back(r);
@@ -185,7 +165,8 @@ TEST_CASE("a row's output does not depend on the call's other rows nor on the th
 }
 
 TEST_CASE("fewer rows than kBf16AttentionMinRows take the fp32 products") {
-  const Case c = MakeCase(8, 2, 64, Contiguous(500, kBf16AttentionMinRows - 1), 9);
+  const AttentionProblem c =
+      MakeAttentionProblem(8, 2, 64, Contiguous(500, kBf16AttentionMinRows - 1), 9);
   CHECK(Run(c, true, 2) == Run(c, false, 2));
 }
 
