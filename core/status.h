@@ -30,7 +30,7 @@ enum class StatusCode : uint16_t {
   kInternal = 11,         // a bug: an invariant did not hold
   kIoError = 12,          // file or socket I/O failed
   kNoSpace = 13,          // a disk or tier is full
-  kDeviceError = 14,      // a CUDA/NCCL/cuBLAS call failed
+  kDeviceError = 14,      // a CUDA or cuBLAS call failed
   kCancelled = 15,        // the caller gave up
   kUnsupported = 16,      // valid input that this build does not handle
   kCorruption = 17,       // structurally invalid stored data (bad magic, bad layout)

@@ -44,7 +44,7 @@ stage() {
   ldd "$pack"/bin/* | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|ld-linux*|libcuda.so.*) ;;
-      libcudart.so.*|libcublas.so.*|libcublasLt.so.*|libnccl.so.*|libnvrtc*) ;;
+      libcudart.so.*|libcublas.so.*|libcublasLt.so.*|libnvrtc*) ;;
       *) cp -L "$lib" "$pack/lib/" ;;
     esac
   done
@@ -99,7 +99,7 @@ run() {
            /usr/local/nvidia/lib64; do
     [ -d "$d" ] && cuda_libs+="$d:"
   done
-  # pip's nvidia-* wheels (cuBLAS, NCCL) where the toolkit folder lacks them.
+  # pip's nvidia-* wheels (cuBLAS) where the toolkit folder lacks them.
   for d in $(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(" ".join(os.path.join(p, x, "lib") for x in os.listdir(p)))' 2>/dev/null); do
     [ -d "$d" ] && cuda_libs+="$d:"
   done
