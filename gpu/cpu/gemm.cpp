@@ -21,6 +21,7 @@
 
 #include "core/dtype.h"
 #include "gpu/cpu/compute_threads.h"
+#include "gpu/cpu/row_stable_gemm.h"
 
 namespace hypic::cpu {
 namespace {
@@ -312,10 +313,74 @@ std::string KernelName(memory::data_type dtype) {
   }
 }
 
+// Whether oneDNN's fp32 kernels give a row the same bits whatever its call's shape: on
+// AVX-512 (the brgemm matmul, the AVX-512 sgemm) they do; below it, the AVX2 `gemm:jit` does
+// not, and fp32 products go to RowStableGemm (row_stable_gemm.h).
+bool OneDnnRowStable() {
+  static const bool stable = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return (isa & avx512) == avx512;
+  }();
+  return stable;
+}
+
+// Whether oneDNN has a bf16 matmul on this CPU: AMX-BF16, AVX512-BF16, or avx512_core's
+// emulation. AVX2-only CPUs (Zen 3, Haswell to Ice Lake client parts) have none in oneDNN 2.6.
+bool NativeBf16Matmul() {
+  static const bool native = [] {
+    const memory::desc a({32, 32}, memory::data_type::bf16, {32, 1});
+    const memory::desc c({32, 32}, memory::data_type::f32, {32, 1});
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), Engine());
+      return true;
+    } catch (const dnnl::error& e) {
+      if (e.status == dnnl_unimplemented) return false;
+      Fatal("matmul creation (bf16 probe)", e);
+    }
+  }();
+  return native;
+}
+
+// rows x cols bf16 (row stride ld) widened to fp32 into *dst, contiguous (row stride cols),
+// over the compute threads.
+const float* WidenBf16(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols,
+                       std::vector<float>* dst) {
+  if (dst->size() < static_cast<size_t>(rows * cols)) dst->resize(static_cast<size_t>(rows * cols));
+  float* d = dst->data();
+  ParallelFor(rows, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(cols, 1)),
+              [&](int64_t r0, int64_t r1) {
+                for (int64_t r = r0; r < r1; ++r) {
+                  ConvertElements(DType::kBF16, src + r * ld, DType::kF32, d + r * cols,
+                                  static_cast<size_t>(cols));
+                }
+              });
+  return d;
+}
+
+// The bf16 product where oneDNN has no bf16 matmul: both operands widened to fp32 (exactly:
+// every bf16 value is an fp32 one) and multiplied on the fp32 path, so the result is the
+// bf16 product's up to the order of the fp32 sums. B is widened once per call, so a long
+// prompt pays it once per weight; a decode step pays it per token (the weight is read as bf16
+// and written as fp32 once more than the product itself reads it).
+void WidenedBf16Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
+                     const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                     float* c, int64_t ldc) {
+  thread_local std::vector<float> a32, b32;
+  // Each operand as stored: op(A) = A [m, k] or A^T (A stored [k, m]); likewise B.
+  const int64_t a_rows = ta == Trans::kNo ? m : k, a_cols = ta == Trans::kNo ? k : m;
+  const int64_t b_rows = tb == Trans::kNo ? k : n, b_cols = tb == Trans::kNo ? n : k;
+  const float* aw = WidenBf16(a, lda, a_rows, a_cols, &a32);
+  const float* bw = WidenBf16(b, ldb, b_rows, b_cols, &b32);
+  Gemm(ta, tb, m, n, k, alpha, aw, a_cols, bw, b_cols, beta, c, ldc);
+}
+
 }  // namespace
 
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (!OneDnnRowStable())
+    return RowStableGemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (n <= kGemmSmallDim && k <= kGemmSmallDim) {
     return GemmAnyShape(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
@@ -347,6 +412,10 @@ void Bf16Rows(Trans ta, int64_t m, int64_t n, int64_t k, const uint16_t* a, int6
 
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
           int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (!NativeBf16Matmul()) {
+    if (m > 0 && n > 0) WidenedBf16Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   Bf16Rows(ta, m, n, k, a, lda, beta, c, ldc,
            [&](Trans t, int64_t rows, const uint16_t* x, int64_t ldx, float* y, int64_t ldy) {
              CachedGemm(memory::data_type::bf16, t, tb, rows, n, k, alpha, x, ldx, b, ldb, beta, y,
@@ -355,17 +424,25 @@ void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, cons
 }
 
 PackedBf16Weight::PackedBf16Weight(const uint16_t* w, int64_t n, int64_t k)
-    : n_(n), k_(k), layout_(PackedLayout(n, k)) {
-  const auto& layout = *static_cast<const memory::desc*>(layout_);
-  bytes_ = layout.get_size();
+    : n_(n), k_(k), layout_(NativeBf16Matmul() ? PackedLayout(n, k) : nullptr) {
+  bytes_ = layout_ != nullptr ? static_cast<const memory::desc*>(layout_)->get_size()
+                              : static_cast<size_t>(n * k) * sizeof(uint16_t);
   data_ = std::aligned_alloc(64, (bytes_ + 63) / 64 * 64);
   if (data_ == nullptr) throw std::bad_alloc();
-  Reorder(PlainWeight(n, k), w, layout, data_);
+  if (layout_ == nullptr) {
+    std::memcpy(data_, w, bytes_);
+    return;
+  }
+  Reorder(PlainWeight(n, k), w, *static_cast<const memory::desc*>(layout_), data_);
 }
 
 PackedBf16Weight::~PackedBf16Weight() { std::free(data_); }
 
 void PackedBf16Weight::Unpack(uint16_t* w) const {
+  if (layout_ == nullptr) {
+    std::memcpy(w, data_, bytes_);
+    return;
+  }
   Reorder(*static_cast<const memory::desc*>(layout_), data_, PlainWeight(n_, k_), w);
 }
 
@@ -374,6 +451,8 @@ void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf
   const int64_t n = w.n(), k = w.k();
   const auto* layout = static_cast<const memory::desc*>(w.layout());
   const auto* b = static_cast<const uint16_t*>(w.data());
+  if (layout == nullptr)
+    return Gemm(Trans::kNo, Trans::kYes, m, n, k, alpha, a, lda, b, k, beta, c, ldc);
   Bf16Rows(Trans::kNo, m, n, k, a, lda, beta, c, ldc,
            [&](Trans t, int64_t rows, const uint16_t* x, int64_t ldx, float* y, int64_t ldy) {
              if (CachedGemm(memory::data_type::bf16, t, Trans::kYes, rows, n, k, alpha, x, ldx, b,
@@ -391,6 +470,15 @@ void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf
 
 void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
+  if (!OneDnnRowStable())
+    return RowStableGemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  OneDnnSgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void OneDnnSgemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
   UseComputeThreads();
@@ -424,9 +512,15 @@ const GemmInfo& DescribeGemm() {
     GemmInfo i;
     const dnnl_version_t* v = dnnl_version();
     i.library = fmt::format("onednn {}.{}.{}", v->major, v->minor, v->patch);
-    i.f32_kernel = KernelName(memory::data_type::f32);
-    i.bf16_kernel = KernelName(memory::data_type::bf16);
+    i.f32_kernel = OneDnnRowStable()
+                       ? KernelName(memory::data_type::f32)
+                       : "hypic row-stable (oneDNN's " + KernelName(memory::data_type::f32) +
+                             " is not row-stable here)";
+    i.bf16_kernel = NativeBf16Matmul() ? KernelName(memory::data_type::bf16)
+                                       : "none (bf16 operands widened to f32)";
     i.cpu_isa = IsaName(dnnl::get_effective_cpu_isa());
+    i.f32_onednn = OneDnnRowStable();
+    i.bf16_native = NativeBf16Matmul();
     return i;
   }();
   return info;

@@ -9,7 +9,10 @@
 // most kGemmRowBlock, then a multiple of 16, then a tail of fewer than 16, so the shapes a
 // weight sees stay few however the row count varies from call to call. GemmAnyShape is for
 // products whose inner dimensions change with every call (attention over a growing context):
-// oneDNN's dnnl_sgemm, which has no per-shape set-up.
+// oneDNN's dnnl_sgemm, which has no per-shape set-up. On CPUs without AVX-512, where
+// oneDNN's fp32 kernels give a row different bits in calls of different shapes, every fp32
+// product runs on RowStableGemm instead (row_stable_gemm.h), and bf16 ones widen to fp32
+// there (oneDNN 2.6 has no bf16 matmul below AVX-512): GemmInfo says which.
 //
 // Layout: row-major, as cblas_sgemm with CblasRowMajor: op(A) is [m, k], op(B) is [k, n], C is
 // [m, n]; a transposed operand is stored as the transpose (B = W^T for an nn.Linear weight W
@@ -47,7 +50,9 @@ inline constexpr int64_t kGemmSmallDim = 128;
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// C = alpha op(A) op(B) + beta C, bf16 A and B, fp32 accumulation and C.
+// C = alpha op(A) op(B) + beta C, bf16 A and B, fp32 accumulation and C. On a CPU where
+// oneDNN has no bf16 matmul (AVX2 only: no AVX-512), both operands are widened to fp32, which
+// is exact, and multiplied on the fp32 path (GemmInfo::bf16_native says which).
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
           int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
@@ -55,7 +60,8 @@ void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, cons
 // layout that oneDNN's matmul reads directly. With a plain-layout B oneDNN copies B into that
 // layout on every call, once per row block: 5% of a 16k-token prefill on an AMX machine, and
 // most of a decode step's product. The packed layout pads n and k to its blocks. Immutable
-// once made; thread-safe.
+// once made; thread-safe. Where oneDNN has no bf16 matmul it keeps the plain layout
+// (layout() is null) for the widening product above.
 class PackedBf16Weight {
  public:
   // Packs w, raw bf16 bits, row-major [n, k] (REQUIRES: n, k > 0).
@@ -90,6 +96,12 @@ void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf
 void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// oneDNN's fp32 sgemm whatever the CPU: the fastest fp32 GEMM on the machine, for the peaks
+// benchmarks quote (where the runtime's fp32 products run on RowStableGemm, they are measured
+// against this).
+void OneDnnSgemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
 // dst[r, j] = bf16(src[r, j]) for rows x cols, round to nearest even (vcvtneps2bf16 when the
 // build targets AVX512-BF16; the same bits as F32ToBf16 for every normal value; the instruction
 // flushes denormal inputs to zero).
@@ -98,10 +110,12 @@ void ConvertRowsToBf16(const float* src, int64_t lds, int64_t rows, int64_t cols
 
 // What oneDNN runs on this machine, for logs and benchmark headers.
 struct GemmInfo {
-  std::string library;      // "onednn 2.6.3"
-  std::string f32_kernel;   // oneDNN's implementation name for an fp32 2048^3 product
-  std::string bf16_kernel;  // ... and for bf16 x bf16 -> fp32
-  std::string cpu_isa;      // the most capable ISA oneDNN detected ("avx512_core_amx", ...)
+  std::string library;       // "onednn 2.6.3"
+  std::string f32_kernel;    // oneDNN's implementation name for an fp32 2048^3 product
+  std::string bf16_kernel;   // ... and for bf16 x bf16 -> fp32
+  std::string cpu_isa;       // the most capable ISA oneDNN detected ("avx512_core_amx", ...)
+  bool f32_onednn = false;   // fp32 products run on oneDNN (else on RowStableGemm)
+  bool bf16_native = false;  // oneDNN has a bf16 matmul here (else bf16 products widen to fp32)
 };
 const GemmInfo& DescribeGemm();
 // One line: "onednn 2.6.3, f32 brg:avx512_core, bf16 brg:avx512_core_bf16 (isa avx512_core_bf16)".

@@ -1,7 +1,9 @@
 // The GEMM peaks a benchmark quotes its efficiency against: fp32 and bf16 -> fp32 products at
 // 2048^3, measured in the same run with the best GEMM on the machine (oneDNN through
 // gpu/cpu/gemm.h, which the runtime uses too) at the calling thread's compute budget, plus
-// the kernels oneDNN chose. The bf16 peak is the faster of a plain-layout B and a B packed in
+// the kernels oneDNN chose. The fp32 peak is the faster of the runtime's fp32 product and
+// oneDNN's sgemm (they differ where the runtime runs RowStableGemm: CPUs without AVX-512).
+// The bf16 peak is the faster of a plain-layout B and a B packed in
 // oneDNN's blocked layout (cpu::PackedBf16Weight, as the model's weights are held): the packed
 // one skips oneDNN's per-call copy of B, 10-13% faster on an AMX Xeon (2026-12-02).
 // Header-only; thread-compatible.
@@ -43,10 +45,15 @@ inline GemmPeaks MeasureGemmPeaks(int reps = 3) {
     return Timing{flop / t.wall / 1e9, flop / t.cpu / 1e9};
   };
   GemmPeaks p;
-  p.f32 = rate([&] {
+  const Timing runtime_f32 = rate([&] {
     cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
               c.data(), n);
   });
+  const Timing onednn_f32 = rate([&] {
+    cpu::OneDnnSgemm(cpu::Trans::kNo, cpu::Trans::kYes, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                     0.0f, c.data(), n);
+  });
+  p.f32 = {std::max(runtime_f32.wall, onednn_f32.wall), std::max(runtime_f32.cpu, onednn_f32.cpu)};
   const Timing plain = rate([&] {
     cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, n, n, n, 1.0f, a16.data(), n, b16.data(), n, 0.0f,
               c.data(), n);

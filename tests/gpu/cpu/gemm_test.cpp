@@ -1,6 +1,7 @@
 // The oneDNN GEMMs (gpu/cpu/gemm.h) against a float64 product of the same inputs: every
 // transpose combination, alpha and beta, row counts on both sides of the row blocks, strided
-// operands, bf16 operands, the primitive cache, and the bf16 conversion.
+// operands, bf16 operands, the primitive cache, the bf16 conversion, and RowStableGemm (the fp32
+// path of CPUs without AVX-512).
 #include "gpu/cpu/gemm.h"
 
 #include <doctest/doctest.h>
@@ -10,10 +11,12 @@
 #include <cstring>
 #include <limits>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core/dtype.h"
 #include "gpu/cpu/compute_threads.h"
+#include "gpu/cpu/row_stable_gemm.h"
 #include "tests/support/seeded_rng.h"
 
 namespace hypic::cpu {
@@ -131,6 +134,51 @@ TEST_CASE("a row's bits do not depend on how many rows its call has (fp32 and bf
   }
 }
 
+TEST_CASE("RowStableGemm: a float64 product's value, and a row's bits whatever the call") {
+  // It is the fp32 path only on CPUs without AVX-512; tested directly on every CPU.
+  testing::SeededRng rng(13);
+  for (Trans ta : {Trans::kNo, Trans::kYes}) {
+    for (Trans tb : {Trans::kNo, Trans::kYes}) {
+      // Rows across its 6-row tiles and 48-row blocks, columns across its 16-column panels,
+      // depths across its 256-deep passes.
+      for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                             {7, 17, 255},
+                             {50, 40, 257},
+                             {101, 136, 600}}) {
+        for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, {0.125f, 0.5f}}) {
+          Problem p{ta, tb, m, n, k, 0, 0, n + 3, alpha, beta};
+          p.lda = (ta == Trans::kNo ? k : m) + 5;
+          p.ldb = (tb == Trans::kNo ? n : k) + 1;
+          const auto a = Operand(rng, ta, m, k, p.lda);
+          const auto b = Operand(rng, tb, k, n, p.ldb);
+          const auto c0 = rng.NormalVector(static_cast<size_t>(m * p.ldc));
+          INFO("ta=", int(ta), " tb=", int(tb), " m=", m, " n=", n, " k=", k, " beta=", beta);
+          auto all = c0;
+          RowStableGemm(ta, tb, m, n, k, alpha, a.data(), p.lda, b.data(), p.ldb, beta, all.data(),
+                        p.ldc);
+          CheckProduct(p, a, b, c0, all);
+          // One thread, and each row alone: the same bits.
+          auto one = c0;
+          {
+            ScopedComputeThreads single(1);
+            RowStableGemm(ta, tb, m, n, k, alpha, a.data(), p.lda, b.data(), p.ldb, beta,
+                          one.data(), p.ldc);
+          }
+          CHECK(one == all);
+          for (int64_t r : {int64_t{0}, m / 2, m - 1}) {
+            std::vector<float> row(c0.begin() + r * p.ldc, c0.begin() + (r + 1) * p.ldc);
+            const float* ar = ta == Trans::kNo ? a.data() + r * p.lda : a.data() + r;
+            RowStableGemm(ta, tb, 1, n, k, alpha, ar, p.lda, b.data(), p.ldb, beta, row.data(),
+                          p.ldc);
+            CHECK(std::memcmp(row.data(), all.data() + r * p.ldc,
+                              static_cast<size_t>(n) * sizeof(float)) == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("bf16 Gemm accumulates the rounded operands in fp32") {
   testing::SeededRng rng(11);
   for (int64_t m : {1, 17, 600}) {
@@ -198,6 +246,11 @@ TEST_CASE("k = 0 scales C by beta; empty products touch nothing") {
 }
 
 TEST_CASE("a shape builds its primitive once; budgets get their own") {
+  if (!DescribeGemm().f32_onednn) {
+    MESSAGE("skipped: fp32 products run on RowStableGemm on this CPU (", GemmSummary(),
+            "), which builds no primitives");
+    return;
+  }
   constexpr int64_t m = 145, n = 160, k = 96;  // n above kGemmSmallDim
   static_assert(n > kGemmSmallDim);
   std::vector<float> a(m * k, 1.0f), b(k * n, 1.0f), c(m * n);

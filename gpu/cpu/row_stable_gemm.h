@@ -1,0 +1,27 @@
+// RowStableGemm: an fp32 GEMM whose every element of C is one FMA chain over k, in order, so
+// a row's bits depend neither on how many rows or columns its call has nor on the thread
+// count. gemm.h routes its fp32 products here on CPUs where oneDNN's kernels lack that
+// property: without AVX-512, oneDNN 2.6 runs fp32 on its AVX2 `gemm:jit`, which switches
+// between copy and no-copy kernels (and partitions k over threads) by shape, and a row then
+// sums in a different order in a one-row call (a decode step, a last-row lm_head) than in a
+// prefill. The model's exactness checks rely on it (a compose's live rows are a subset of a
+// prefill's rows).
+//
+// Blocked for the caches (row blocks of 48, k chunks of 256, B packed in panels of 16
+// columns) and written with 8-wide vectors: AVX2 + FMA where the build targets them, plain
+// vector code elsewhere. Threads: the calling thread's ComputeThreads() (ParallelFor, rows or
+// panels). Thread-safe (per-thread buffers).
+#pragma once
+
+#include <cstdint>
+
+#include "gpu/cpu/gemm.h"
+
+namespace hypic::cpu {
+
+// C = alpha op(A) op(B) + beta C, fp32, row-major (gemm.h's layout); beta == 0 ignores C's
+// previous contents (NaN included).
+void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+}  // namespace hypic::cpu
