@@ -17,6 +17,9 @@ constexpr int kTileRows = 6;          // rows of the micro-tile: 12 accumulators
 constexpr int64_t kRowBlock = 48;     // rows whose partial sums stay in a thread's buffer
 constexpr int64_t kDepthBlock = 256;  // k per pass over a panel (16 KiB of packed B)
 
+// Without AVX, GCC warns that passing 32-byte vectors changes the ABI; these helpers are
+// internal to this file and inlined, so no call crosses an ABI boundary.
+#pragma GCC diagnostic ignored "-Wpsabi"
 typedef float V8 __attribute__((vector_size(32)));
 
 inline V8 Load(const float* p) {
