@@ -70,6 +70,23 @@ std::vector<float> Operand(testing::SeededRng& rng, Trans t, int64_t rows, int64
   return rng.NormalVector(static_cast<size_t>(stored_rows * ld));
 }
 
+// A problem with strided operands (lda, ldb, ldc past the rows' widths), random A, B and C.
+struct Strided {
+  Problem p;
+  std::vector<float> a, b, c0;
+};
+
+Strided MakeStrided(testing::SeededRng& rng, Trans ta, Trans tb, int64_t m, int64_t n, int64_t k,
+                    float alpha, float beta) {
+  Strided s;
+  s.p = {ta,    tb,    m,   n, k, (ta == Trans::kNo ? k : m) + 5, (tb == Trans::kNo ? n : k) + 1,
+         n + 3, alpha, beta};
+  s.a = Operand(rng, ta, m, k, s.p.lda);
+  s.b = Operand(rng, tb, k, n, s.p.ldb);
+  s.c0 = rng.NormalVector(static_cast<size_t>(m * s.p.ldc));
+  return s;
+}
+
 std::vector<float> RoundedToBf16(const std::vector<float>& x, std::vector<uint16_t>* bits) {
   bits->resize(x.size());
   std::vector<float> out(x.size());
@@ -88,12 +105,7 @@ TEST_CASE("Gemm matches a float64 product for every transpose, alpha, beta and r
         for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, {-1.0f, 1.0f}, {0.125f, 0.5f}}) {
           for (int64_t n : {24, 136}) {  // dnnl_sgemm, then the primitive path
             const int64_t k = 40;
-            Problem p{ta, tb, m, n, k, 0, 0, n + 3, alpha, beta};
-            p.lda = (ta == Trans::kNo ? k : m) + 5;
-            p.ldb = (tb == Trans::kNo ? n : k) + 1;
-            const auto a = Operand(rng, ta, m, k, p.lda);
-            const auto b = Operand(rng, tb, k, n, p.ldb);
-            const auto c0 = rng.NormalVector(static_cast<size_t>(m * p.ldc));
+            const auto [p, a, b, c0] = MakeStrided(rng, ta, tb, m, n, k, alpha, beta);
             auto c = c0;
             Gemm(ta, tb, m, n, k, alpha, a.data(), p.lda, b.data(), p.ldb, beta, c.data(), p.ldc);
             INFO("ta=", int(ta), " tb=", int(tb), " m=", m, " alpha=", alpha, " beta=", beta);
@@ -146,12 +158,7 @@ TEST_CASE("RowStableGemm: a float64 product's value, and a row's bits whatever t
                              {50, 40, 257},
                              {101, 136, 600}}) {
         for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, {0.125f, 0.5f}}) {
-          Problem p{ta, tb, m, n, k, 0, 0, n + 3, alpha, beta};
-          p.lda = (ta == Trans::kNo ? k : m) + 5;
-          p.ldb = (tb == Trans::kNo ? n : k) + 1;
-          const auto a = Operand(rng, ta, m, k, p.lda);
-          const auto b = Operand(rng, tb, k, n, p.ldb);
-          const auto c0 = rng.NormalVector(static_cast<size_t>(m * p.ldc));
+          const auto [p, a, b, c0] = MakeStrided(rng, ta, tb, m, n, k, alpha, beta);
           INFO("ta=", int(ta), " tb=", int(tb), " m=", m, " n=", n, " k=", k, " beta=", beta);
           auto all = c0;
           RowStableGemm(ta, tb, m, n, k, alpha, a.data(), p.lda, b.data(), p.ldb, beta, all.data(),
