@@ -342,39 +342,6 @@ bool NativeBf16Matmul() {
   return native;
 }
 
-// rows x cols bf16 (row stride ld) widened to fp32 into *dst, contiguous (row stride cols),
-// over the compute threads.
-const float* WidenBf16(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols,
-                       std::vector<float>* dst) {
-  if (dst->size() < static_cast<size_t>(rows * cols)) dst->resize(static_cast<size_t>(rows * cols));
-  float* d = dst->data();
-  ParallelFor(rows, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(cols, 1)),
-              [&](int64_t r0, int64_t r1) {
-                for (int64_t r = r0; r < r1; ++r) {
-                  ConvertElements(DType::kBF16, src + r * ld, DType::kF32, d + r * cols,
-                                  static_cast<size_t>(cols));
-                }
-              });
-  return d;
-}
-
-// The bf16 product where oneDNN has no bf16 matmul: both operands widened to fp32 (exactly:
-// every bf16 value is an fp32 one) and multiplied on the fp32 path, so the result is the
-// bf16 product's up to the order of the fp32 sums. B is widened once per call, so a long
-// prompt pays it once per weight; a decode step pays it per token (the weight is read as bf16
-// and written as fp32 once more than the product itself reads it).
-void WidenedBf16Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
-                     const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
-                     float* c, int64_t ldc) {
-  thread_local std::vector<float> a32, b32;
-  // Each operand as stored: op(A) = A [m, k] or A^T (A stored [k, m]); likewise B.
-  const int64_t a_rows = ta == Trans::kNo ? m : k, a_cols = ta == Trans::kNo ? k : m;
-  const int64_t b_rows = tb == Trans::kNo ? k : n, b_cols = tb == Trans::kNo ? n : k;
-  const float* aw = WidenBf16(a, lda, a_rows, a_cols, &a32);
-  const float* bw = WidenBf16(b, ldb, b_rows, b_cols, &b32);
-  Gemm(ta, tb, m, n, k, alpha, aw, a_cols, bw, b_cols, beta, c, ldc);
-}
-
 }  // namespace
 
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -412,10 +379,10 @@ void Bf16Rows(Trans ta, int64_t m, int64_t n, int64_t k, const uint16_t* a, int6
 
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
           int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (!NativeBf16Matmul()) {
-    if (m > 0 && n > 0) WidenedBf16Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
+  // Without a bf16 matmul (CPUs without AVX-512), RowStableGemm widens both operands to fp32
+  // as it packs them: the bf16 product up to the order of its fp32 sums, and row-stable.
+  if (!NativeBf16Matmul())
+    return RowStableGemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   Bf16Rows(ta, m, n, k, a, lda, beta, c, ldc,
            [&](Trans t, int64_t rows, const uint16_t* x, int64_t ldx, float* y, int64_t ldy) {
              CachedGemm(memory::data_type::bf16, t, tb, rows, n, k, alpha, x, ldx, b, ldb, beta, y,

@@ -1,6 +1,8 @@
 #include "gpu/cpu/row_stable_gemm.h"
 
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX__)
@@ -12,9 +14,10 @@
 namespace hypic::cpu {
 namespace {
 
-constexpr int64_t kPanel = 16;        // columns of a packed B panel: two 8-wide vectors
-constexpr int kTileRows = 6;          // rows of the micro-tile: 12 accumulators
-constexpr int64_t kRowBlock = 48;     // rows whose partial sums stay in a thread's buffer
+constexpr int64_t kPanel = 16;     // columns of a packed B panel: two 8-wide vectors
+constexpr int kTileRows = 6;       // rows of the micro-tile: 12 accumulators
+constexpr int64_t kRowBlock = 48;  // rows whose partial sums stay in a thread's buffer
+static_assert(kRowBlock % kTileRows == 0, "row blocks hold whole tiles");
 constexpr int64_t kDepthBlock = 256;  // k per pass over a panel (16 KiB of packed B)
 
 // Without AVX, GCC warns that passing 32-byte vectors changes the ABI; these helpers are
@@ -46,21 +49,22 @@ inline V8 Fma(V8 a, V8 b, V8 c) {
 }
 
 // t[r][0, 16) (row stride ldt) = (first ? 0 : t[r]) + sum over kk < depth, in order, of
-// a[r][kk] * panel[kk][0, 16), for R rows of a (row stride lda): one FMA chain per element.
+// A(r, kk) * panel[kk][0, 16), for R <= kTileRows rows of A packed as a[kk * kTileRows + r]:
+// one FMA chain per element.
 template <int R>
-void Tile(const float* a, int64_t lda, const float* panel, int64_t depth, bool first, float* t,
-          int64_t ldt) {
+void Tile(const float* a, const float* panel, int64_t depth, bool first, float* t, int64_t ldt) {
   V8 acc[R][2];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
     acc[r][0] = first ? V8{} : Load(t + r * ldt);
     acc[r][1] = first ? V8{} : Load(t + r * ldt + 8);
   }
+#pragma GCC unroll 4
   for (int64_t kk = 0; kk < depth; ++kk) {
     const V8 b0 = Load(panel + kk * kPanel), b1 = Load(panel + kk * kPanel + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
-      const V8 av = Broadcast(a + r * lda + kk);
+      const V8 av = Broadcast(a + kk * kTileRows + r);
       acc[r][0] = Fma(av, b0, acc[r][0]);
       acc[r][1] = Fma(av, b1, acc[r][1]);
     }
@@ -84,13 +88,37 @@ inline void Finish(const float* s, float* c, int64_t count, float alpha, float b
   if (count < 8) __builtin_memcpy(c, tail, static_cast<size_t>(count) * 4);
 }
 
-using TileFn = void (*)(const float*, int64_t, const float*, int64_t, bool, float*, int64_t);
+// An operand element as fp32: bf16 widened exactly (its bits are fp32's top half).
+inline float Widen(float x) { return x; }
+inline float Widen(uint16_t x) {
+  const uint32_t bits = uint32_t{x} << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+using TileFn = void (*)(const float*, const float*, int64_t, bool, float*, int64_t);
 constexpr TileFn kTiles[kTileRows] = {Tile<1>, Tile<2>, Tile<3>, Tile<4>, Tile<5>, Tile<6>};
 
-}  // namespace
+// A calling thread's packing buffers, shared by every operand type (grown, never shrunk; B's
+// holds a whole weight in fp32), and each compute thread's partial sums.
+struct PackBuffers {
+  std::vector<float> b, a;
+};
+PackBuffers& CallerBuffers() {
+  thread_local PackBuffers buffers;
+  return buffers;
+}
+std::vector<float>& SumBuffer() {
+  thread_local std::vector<float> sums;
+  return sums;
+}
 
-void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+// The product for operands of element types TA and TB (float or bf16 bits), widened to fp32
+// as they are packed.
+template <typename TA, typename TB>
+void Product(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const TA* a,
+             int64_t lda, const TB* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     for (int64_t r = 0; r < m; ++r) {
@@ -98,14 +126,13 @@ void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float al
     }
     return;
   }
-  // op(B) [k, n] packed as panels of 16 columns, k rows each, zero past column n; op(A) read
-  // in place when it is stored row-major, else transposed into [m, k] first.
+  // op(B) [k, n] packed as panels of 16 columns, k rows each, zero past column n.
   const int64_t panels = (n + kPanel - 1) / kPanel;
-  thread_local std::vector<float> packed_b_kept, packed_a_kept;
-  if (packed_b_kept.size() < static_cast<size_t>(panels * k * kPanel)) {
-    packed_b_kept.resize(static_cast<size_t>(panels * k * kPanel));
+  PackBuffers& kept = CallerBuffers();
+  if (kept.b.size() < static_cast<size_t>(panels * k * kPanel)) {
+    kept.b.resize(static_cast<size_t>(panels * k * kPanel));
   }
-  float* const bp = packed_b_kept.data();
+  float* const bp = kept.b.data();
   // Read along B's stored rows: op(B)'s rows when tb == kNo, its columns when kYes.
   ParallelFor(panels, 4, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
@@ -113,40 +140,48 @@ void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float al
       const int64_t cols = std::min(kPanel, n - p * kPanel);
       if (tb == Trans::kNo) {
         for (int64_t kk = 0; kk < k; ++kk) {
-          const float* src = b + kk * ldb + p * kPanel;
-          for (int64_t j = 0; j < kPanel; ++j) dst[kk * kPanel + j] = j < cols ? src[j] : 0.0f;
+          const TB* src = b + kk * ldb + p * kPanel;
+          for (int64_t j = 0; j < kPanel; ++j)
+            dst[kk * kPanel + j] = j < cols ? Widen(src[j]) : 0.0f;
         }
         continue;
       }
       for (int64_t j = 0; j < cols; ++j) {
-        const float* src = b + (p * kPanel + j) * ldb;
-        for (int64_t kk = 0; kk < k; ++kk) dst[kk * kPanel + j] = src[kk];
+        const TB* src = b + (p * kPanel + j) * ldb;
+        for (int64_t kk = 0; kk < k; ++kk) dst[kk * kPanel + j] = Widen(src[kk]);
       }
       for (int64_t j = cols; j < kPanel; ++j) {
         for (int64_t kk = 0; kk < k; ++kk) dst[kk * kPanel + j] = 0.0f;
       }
     }
   });
-  const float* ar = a;
-  int64_t ldar = lda;
-  if (ta == Trans::kYes) {
-    if (packed_a_kept.size() < static_cast<size_t>(m * k)) {
-      packed_a_kept.resize(static_cast<size_t>(m * k));
-    }
-    float* const ap = packed_a_kept.data();
-    ParallelFor(m, 16, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t kk = 0; kk < k; ++kk) ap[r * k + kk] = a[kk * lda + r];
-      }
-    });
-    ar = ap;
-    ldar = k;
+  // op(A) [m, k] packed by tiles of kTileRows rows, each tile's column kk contiguous (a
+  // tile's broadcasts then read one stream): ap[(tile * k + kk) * kTileRows + r].
+  const int64_t tiles = (m + kTileRows - 1) / kTileRows;
+  if (kept.a.size() < static_cast<size_t>(tiles * k * kTileRows)) {
+    kept.a.resize(static_cast<size_t>(tiles * k * kTileRows));
   }
+  float* const ap = kept.a.data();
+  ParallelFor(tiles, 4, [&](int64_t t0, int64_t t1) {
+    for (int64_t tile = t0; tile < t1; ++tile) {
+      float* dst = ap + tile * k * kTileRows;
+      const int64_t rows = std::min<int64_t>(kTileRows, m - tile * kTileRows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t row = tile * kTileRows + r;
+        if (ta == Trans::kNo) {
+          const TA* src = a + row * lda;
+          for (int64_t kk = 0; kk < k; ++kk) dst[kk * kTileRows + r] = Widen(src[kk]);
+        } else {
+          for (int64_t kk = 0; kk < k; ++kk) dst[kk * kTileRows + r] = Widen(a[kk * lda + row]);
+        }
+      }
+    }
+  });
 
   // Rows [r0, r1) x panels [p0, p1): per row block, the partial sums in the thread's buffer
   // through every depth block, then alpha and beta applied once.
   auto work = [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
-    thread_local std::vector<float> sums_kept;
+    std::vector<float>& sums_kept = SumBuffer();
     const int64_t width = (p1 - p0) * kPanel;
     if (sums_kept.size() < static_cast<size_t>(kRowBlock * width)) {
       sums_kept.resize(static_cast<size_t>(kRowBlock * width));
@@ -161,8 +196,8 @@ void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float al
           float* t = sums + (p - p0) * kPanel;
           for (int64_t r = 0; r < rows; r += kTileRows) {
             const auto tile_rows = static_cast<int>(std::min<int64_t>(kTileRows, rows - r));
-            kTiles[tile_rows - 1](ar + (rb + r) * ldar + k0, ldar, panel, depth, k0 == 0,
-                                  t + r * width, width);
+            kTiles[tile_rows - 1](ap + ((rb + r) / kTileRows * k + k0) * kTileRows, panel, depth,
+                                  k0 == 0, t + r * width, width);
           }
         }
       }
@@ -184,6 +219,19 @@ void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float al
   } else {
     ParallelFor(panels, 2, [&](int64_t p0, int64_t p1) { work(0, m, p0, p1); });
   }
+}
+
+}  // namespace
+
+void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  Product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
+                   const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                   float* c, int64_t ldc) {
+  Product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace hypic::cpu

@@ -23,5 +23,11 @@ namespace hypic::cpu {
 // previous contents (NaN included).
 void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// The same for bf16 operands (bit patterns), widened exactly to fp32 as they are packed (B is
+// packed on every call anyway, so the widening costs no extra pass over the weight), with
+// fp32 products and sums: the bf16 product where oneDNN has no bf16 matmul.
+void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
+                   const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                   float* c, int64_t ldc);
 
 }  // namespace hypic::cpu

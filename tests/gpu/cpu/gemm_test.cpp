@@ -146,7 +146,7 @@ TEST_CASE("a row's bits do not depend on how many rows its call has (fp32 and bf
   }
 }
 
-TEST_CASE("RowStableGemm: a float64 product's value, and a row's bits whatever the call") {
+TEST_CASE("RowStableGemm: a float64 product's value, a row's bits whatever the call, bf16 exact") {
   // It is the fp32 path only on CPUs without AVX-512; tested directly on every CPU.
   testing::SeededRng rng(13);
   for (Trans ta : {Trans::kNo, Trans::kYes}) {
@@ -172,6 +172,16 @@ TEST_CASE("RowStableGemm: a float64 product's value, and a row's bits whatever t
                           one.data(), p.ldc);
           }
           CHECK(one == all);
+          // bf16 operands: widened exactly as they are packed, so the bits of the fp32 call on
+          // the rounded values.
+          std::vector<uint16_t> a16, b16;
+          const auto ar32 = RoundedToBf16(a, &a16), br32 = RoundedToBf16(b, &b16);
+          auto want16 = c0, got16 = c0;
+          RowStableGemm(ta, tb, m, n, k, alpha, ar32.data(), p.lda, br32.data(), p.ldb, beta,
+                        want16.data(), p.ldc);
+          RowStableGemm(ta, tb, m, n, k, alpha, a16.data(), p.lda, b16.data(), p.ldb, beta,
+                        got16.data(), p.ldc);
+          CHECK(std::memcmp(got16.data(), want16.data(), got16.size() * sizeof(float)) == 0);
           for (int64_t r : {int64_t{0}, m / 2, m - 1}) {
             std::vector<float> row(c0.begin() + r * p.ldc, c0.begin() + (r + 1) * p.ldc);
             const float* ar = ta == Trans::kNo ? a.data() + r * p.lda : a.data() + r;
