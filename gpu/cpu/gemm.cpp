@@ -392,12 +392,13 @@ void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, cons
 
 PackedBf16Weight::PackedBf16Weight(const uint16_t* w, int64_t n, int64_t k)
     : n_(n), k_(k), layout_(NativeBf16Matmul() ? PackedLayout(n, k) : nullptr) {
-  bytes_ = layout_ != nullptr ? static_cast<const memory::desc*>(layout_)->get_size()
-                              : static_cast<size_t>(n * k) * sizeof(uint16_t);
+  bytes_ = layout_ != nullptr
+               ? static_cast<const memory::desc*>(layout_)->get_size()
+               : static_cast<size_t>(RowStablePanelElements(n, k)) * sizeof(uint16_t);
   data_ = std::aligned_alloc(64, (bytes_ + 63) / 64 * 64);
   if (data_ == nullptr) throw std::bad_alloc();
   if (layout_ == nullptr) {
-    std::memcpy(data_, w, bytes_);
+    PackRowStablePanels(w, n, k, static_cast<uint16_t*>(data_));
     return;
   }
   Reorder(PlainWeight(n, k), w, *static_cast<const memory::desc*>(layout_), data_);
@@ -406,10 +407,8 @@ PackedBf16Weight::PackedBf16Weight(const uint16_t* w, int64_t n, int64_t k)
 PackedBf16Weight::~PackedBf16Weight() { std::free(data_); }
 
 void PackedBf16Weight::Unpack(uint16_t* w) const {
-  if (layout_ == nullptr) {
-    std::memcpy(w, data_, bytes_);
-    return;
-  }
+  if (layout_ == nullptr)
+    return UnpackRowStablePanels(static_cast<const uint16_t*>(data_), n_, k_, w);
   Reorder(*static_cast<const memory::desc*>(layout_), data_, PlainWeight(n_, k_), w);
 }
 
@@ -418,8 +417,7 @@ void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf
   const int64_t n = w.n(), k = w.k();
   const auto* layout = static_cast<const memory::desc*>(w.layout());
   const auto* b = static_cast<const uint16_t*>(w.data());
-  if (layout == nullptr)
-    return Gemm(Trans::kNo, Trans::kYes, m, n, k, alpha, a, lda, b, k, beta, c, ldc);
+  if (layout == nullptr) return RowStableGemmPanels(m, n, k, alpha, a, lda, b, beta, c, ldc);
   Bf16Rows(Trans::kNo, m, n, k, a, lda, beta, c, ldc,
            [&](Trans t, int64_t rows, const uint16_t* x, int64_t ldx, float* y, int64_t ldy) {
              if (CachedGemm(memory::data_type::bf16, t, Trans::kYes, rows, n, k, alpha, x, ldx, b,

@@ -60,8 +60,8 @@ void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, cons
 // layout that oneDNN's matmul reads directly. With a plain-layout B oneDNN copies B into that
 // layout on every call, once per row block: 5% of a 16k-token prefill on an AMX machine, and
 // most of a decode step's product. The packed layout pads n and k to its blocks. Immutable
-// once made; thread-safe. Where oneDNN has no bf16 matmul it keeps the plain layout
-// (layout() is null) for the widening product above.
+// once made; thread-safe. Where oneDNN has no bf16 matmul it keeps RowStableGemm's bf16
+// panels instead (layout() is null; row_stable_gemm.h), which that product reads in place.
 class PackedBf16Weight {
  public:
   // Packs w, raw bf16 bits, row-major [n, k] (REQUIRES: n, k > 0).
@@ -75,7 +75,8 @@ class PackedBf16Weight {
   size_t bytes() const { return bytes_; }  // resident, with the layout's padding
   // Writes W back in its plain layout, row-major [n, k] (for a device that uploads it).
   void Unpack(uint16_t* w) const;
-  // The blocked layout (a dnnl_memory_desc_t of this (n, k), shared by every weight of it).
+  // The blocked layout (a dnnl_memory_desc_t of this (n, k), shared by every weight of it), or
+  // null for RowStableGemm's panels.
   const void* layout() const { return layout_; }
   const void* data() const { return data_; }
 

@@ -18,6 +18,7 @@ constexpr int64_t kPanel = 16;     // columns of a packed B panel: two 8-wide ve
 constexpr int kTileRows = 6;       // rows of the micro-tile: 12 accumulators
 constexpr int64_t kRowBlock = 48;  // rows whose partial sums stay in a thread's buffer
 static_assert(kRowBlock % kTileRows == 0, "row blocks hold whole tiles");
+constexpr int64_t kWidenWholeFromRows = 4 * kRowBlock;  // RowStableGemmPanels
 constexpr int64_t kDepthBlock = 256;  // k per pass over a panel (16 KiB of packed B)
 
 // Without AVX, GCC warns that passing 32-byte vectors changes the ABI; these helpers are
@@ -101,7 +102,7 @@ using TileFn = void (*)(const float*, const float*, int64_t, bool, float*, int64
 constexpr TileFn kTiles[kTileRows] = {Tile<1>, Tile<2>, Tile<3>, Tile<4>, Tile<5>, Tile<6>};
 
 // A calling thread's packing buffers, shared by every operand type (grown, never shrunk; B's
-// holds a whole weight in fp32), and each compute thread's partial sums.
+// holds a whole operand in fp32), and each compute thread's partial sums.
 struct PackBuffers {
   std::vector<float> b, a;
 };
@@ -114,54 +115,24 @@ std::vector<float>& SumBuffer() {
   return sums;
 }
 
-// The product for operands of element types TA and TB (float or bf16 bits), widened to fp32
-// as they are packed.
-template <typename TA, typename TB>
-void Product(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const TA* a,
-             int64_t lda, const TB* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t j = 0; j < n; ++j) c[r * ldc + j] = beta == 0.0f ? 0.0f : beta * c[r * ldc + j];
-    }
-    return;
+// C = beta C for an empty product (k == 0; beta == 0 writes zeros).
+void ScaleOnly(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < n; ++j) c[r * ldc + j] = beta == 0.0f ? 0.0f : beta * c[r * ldc + j];
   }
-  // op(B) [k, n] packed as panels of 16 columns, k rows each, zero past column n.
-  const int64_t panels = (n + kPanel - 1) / kPanel;
-  PackBuffers& kept = CallerBuffers();
-  if (kept.b.size() < static_cast<size_t>(panels * k * kPanel)) {
-    kept.b.resize(static_cast<size_t>(panels * k * kPanel));
-  }
-  float* const bp = kept.b.data();
-  // Read along B's stored rows: op(B)'s rows when tb == kNo, its columns when kYes.
-  ParallelFor(panels, 4, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      float* dst = bp + p * k * kPanel;
-      const int64_t cols = std::min(kPanel, n - p * kPanel);
-      if (tb == Trans::kNo) {
-        for (int64_t kk = 0; kk < k; ++kk) {
-          const TB* src = b + kk * ldb + p * kPanel;
-          for (int64_t j = 0; j < kPanel; ++j)
-            dst[kk * kPanel + j] = j < cols ? Widen(src[j]) : 0.0f;
-        }
-        continue;
-      }
-      for (int64_t j = 0; j < cols; ++j) {
-        const TB* src = b + (p * kPanel + j) * ldb;
-        for (int64_t kk = 0; kk < k; ++kk) dst[kk * kPanel + j] = Widen(src[kk]);
-      }
-      for (int64_t j = cols; j < kPanel; ++j) {
-        for (int64_t kk = 0; kk < k; ++kk) dst[kk * kPanel + j] = 0.0f;
-      }
-    }
-  });
-  // op(A) [m, k] packed by tiles of kTileRows rows, each tile's column kk contiguous (a
-  // tile's broadcasts then read one stream): ap[(tile * k + kk) * kTileRows + r].
+}
+
+// op(A) [m, k], of element type TA (float or bf16 bits), widened into the caller's buffer by
+// tiles of kTileRows rows, each tile's column kk contiguous (a tile's broadcasts then read one
+// stream): ap[(tile * k + kk) * kTileRows + r].
+template <typename TA>
+const float* PackA(Trans ta, int64_t m, int64_t k, const TA* a, int64_t lda) {
   const int64_t tiles = (m + kTileRows - 1) / kTileRows;
-  if (kept.a.size() < static_cast<size_t>(tiles * k * kTileRows)) {
-    kept.a.resize(static_cast<size_t>(tiles * k * kTileRows));
+  std::vector<float>& kept = CallerBuffers().a;
+  if (kept.size() < static_cast<size_t>(tiles * k * kTileRows)) {
+    kept.resize(static_cast<size_t>(tiles * k * kTileRows));
   }
-  float* const ap = kept.a.data();
+  float* const ap = kept.data();
   ParallelFor(tiles, 4, [&](int64_t t0, int64_t t1) {
     for (int64_t tile = t0; tile < t1; ++tile) {
       float* dst = ap + tile * k * kTileRows;
@@ -177,7 +148,79 @@ void Product(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, c
       }
     }
   });
+  return ap;
+}
 
+// op(B) [k, n], of element type TB, widened into the caller's buffer as panels of kPanel
+// columns, k rows each, zero past column n: bp[(p * k + kk) * kPanel + j].
+template <typename TB>
+const float* PackB(Trans tb, int64_t n, int64_t k, const TB* b, int64_t ldb) {
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  std::vector<float>& kept = CallerBuffers().b;
+  if (kept.size() < static_cast<size_t>(panels * k * kPanel)) {
+    kept.resize(static_cast<size_t>(panels * k * kPanel));
+  }
+  float* const bp = kept.data();
+  // Read along B's stored rows: op(B)'s rows when tb == kNo, its columns when kYes (then in
+  // chunks of k, so the panel rows being written stay in L1).
+  constexpr int64_t kChunk = 64;
+  ParallelFor(panels, 4, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      float* dst = bp + p * k * kPanel;
+      const int64_t cols = std::min(kPanel, n - p * kPanel);
+      if (tb == Trans::kNo) {
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const TB* src = b + kk * ldb + p * kPanel;
+          for (int64_t j = 0; j < kPanel; ++j) {
+            dst[kk * kPanel + j] = j < cols ? Widen(src[j]) : 0.0f;
+          }
+        }
+        continue;
+      }
+      for (int64_t k0 = 0; k0 < k; k0 += kChunk) {
+        const int64_t k1 = std::min(k, k0 + kChunk);
+        for (int64_t j = 0; j < kPanel; ++j) {
+          const TB* src = b + (p * kPanel + j) * ldb;
+          for (int64_t kk = k0; kk < k1; ++kk) {
+            dst[kk * kPanel + j] = j < cols ? Widen(src[kk]) : 0.0f;
+          }
+        }
+      }
+    }
+  });
+  return bp;
+}
+
+// Where the tiles read op(B) from, one (panel, depth block) at a time: Block(p, k0, depth)
+// gives rows [k0, k0 + depth) of panel p, fp32, [depth][kPanel].
+// The whole of op(B), packed in fp32 for this call (PackB).
+struct F32Panels {
+  const float* data;
+  int64_t k;
+  const float* Block(int64_t p, int64_t k0, int64_t /*depth*/) const {
+    return data + (p * k + k0) * kPanel;
+  }
+};
+// A weight kept in bf16 panels (PackRowStablePanels), each block widened into the running
+// thread's buffer when its tiles need it: the weight is read once, in bf16, and never copied
+// whole.
+struct Bf16Panels {
+  const uint16_t* data;
+  int64_t k;
+  const float* Block(int64_t p, int64_t k0, int64_t depth) const {
+    alignas(64) static thread_local float block[kDepthBlock * kPanel];
+    float* const dst = block;
+    const uint16_t* const src = data + (p * k + k0) * kPanel;
+    for (int64_t i = 0; i < depth * kPanel; ++i) dst[i] = Widen(src[i]);
+    return dst;
+  }
+};
+
+// C = alpha op(A) op(B) + beta C from the packed A (PackA) and op(B)'s panels, m, n, k > 0.
+template <typename Panels>
+void Multiply(const float* ap, const Panels& b, int64_t m, int64_t n, int64_t k, float alpha,
+              float beta, float* c, int64_t ldc) {
+  const int64_t panels = (n + kPanel - 1) / kPanel;
   // Rows [r0, r1) x panels [p0, p1): per row block, the partial sums in the thread's buffer
   // through every depth block, then alpha and beta applied once.
   auto work = [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
@@ -192,7 +235,7 @@ void Product(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, c
       for (int64_t k0 = 0; k0 < k; k0 += kDepthBlock) {
         const int64_t depth = std::min(kDepthBlock, k - k0);
         for (int64_t p = p0; p < p1; ++p) {
-          const float* panel = bp + (p * k + k0) * kPanel;
+          const float* panel = b.Block(p, k0, depth);
           float* t = sums + (p - p0) * kPanel;
           for (int64_t r = 0; r < rows; r += kTileRows) {
             const auto tile_rows = static_cast<int>(std::min<int64_t>(kTileRows, rows - r));
@@ -221,6 +264,16 @@ void Product(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, c
   }
 }
 
+// The product for operands of element types TA and TB, widened to fp32 as they are packed.
+template <typename TA, typename TB>
+void Product(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const TA* a,
+             int64_t lda, const TB* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
+  const float* bp = PackB(tb, n, k, b, ldb);
+  Multiply(PackA(ta, m, k, a, lda), F32Panels{bp, k}, m, n, k, alpha, beta, c, ldc);
+}
+
 }  // namespace
 
 void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -232,6 +285,51 @@ void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float al
                    const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                    float* c, int64_t ldc) {
   Product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+int64_t RowStablePanelElements(int64_t n, int64_t k) {
+  return (n + kPanel - 1) / kPanel * kPanel * k;
+}
+
+void PackRowStablePanels(const uint16_t* w, int64_t n, int64_t k, uint16_t* panels) {
+  const int64_t count = (n + kPanel - 1) / kPanel;
+  ParallelFor(count, 4, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      uint16_t* dst = panels + p * k * kPanel;
+      for (int64_t j = 0; j < kPanel; ++j) {
+        const int64_t row = p * kPanel + j;
+        for (int64_t kk = 0; kk < k; ++kk) dst[kk * kPanel + j] = row < n ? w[row * k + kk] : 0;
+      }
+    }
+  });
+}
+
+void UnpackRowStablePanels(const uint16_t* panels, int64_t n, int64_t k, uint16_t* w) {
+  for (int64_t row = 0; row < n; ++row) {
+    const uint16_t* src = panels + row / kPanel * k * kPanel + row % kPanel;
+    for (int64_t kk = 0; kk < k; ++kk) w[row * k + kk] = src[kk * kPanel];
+  }
+}
+
+void RowStableGemmPanels(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                         int64_t lda, const uint16_t* panels, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
+  const float* ap = PackA(Trans::kNo, m, k, a, lda);
+  // Few row blocks (a decode step, a compose's live rows, an expert's share): each block of W
+  // widened as its tiles need it. Many: each would widen all of W again, so W is widened
+  // once, whole (the panels' layout is already the packed one).
+  if (m < kWidenWholeFromRows) {
+    return Multiply(ap, Bf16Panels{panels, k}, m, n, k, alpha, beta, c, ldc);
+  }
+  const int64_t elements = RowStablePanelElements(n, k);
+  std::vector<float>& kept = CallerBuffers().b;
+  if (kept.size() < static_cast<size_t>(elements)) kept.resize(static_cast<size_t>(elements));
+  float* const bp = kept.data();
+  ParallelFor(elements, int64_t{1} << 14, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) bp[i] = Widen(panels[i]);
+  });
+  Multiply(ap, F32Panels{bp, k}, m, n, k, alpha, beta, c, ldc);
 }
 
 }  // namespace hypic::cpu

@@ -30,4 +30,15 @@ void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float al
                    const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                    float* c, int64_t ldc);
 
+// A bf16 weight W [n, k] (nn.Linear's layout) kept in the panels RowStableGemm packs B into,
+// in bf16: ceil(n / 16) panels of [k][16], zero past row n of W, so a product reads the weight
+// as it is (a depth block at a time, widened in the cache) instead of packing it per call.
+int64_t RowStablePanelElements(int64_t n, int64_t k);
+void PackRowStablePanels(const uint16_t* w, int64_t n, int64_t k, uint16_t* panels);
+void UnpackRowStablePanels(const uint16_t* panels, int64_t n, int64_t k, uint16_t* w);
+// C = alpha A W^T + beta C for A [m, k] bf16 (row stride lda) and W in panels: the bits of
+// RowStableGemm(kNo, kYes, ...) on the plain W.
+void RowStableGemmPanels(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+                         int64_t lda, const uint16_t* panels, float beta, float* c, int64_t ldc);
+
 }  // namespace hypic::cpu
