@@ -19,6 +19,7 @@ constexpr int kTileRows = 6;       // rows of the micro-tile: 12 accumulators
 constexpr int64_t kRowBlock = 48;  // rows whose partial sums stay in a thread's buffer
 static_assert(kRowBlock % kTileRows == 0, "row blocks hold whole tiles");
 constexpr int64_t kWidenWholeFromRows = 4 * kRowBlock;  // RowStableGemmPanels
+constexpr int64_t kPackGrain = int64_t{1} << 15;        // elements a packing thread takes at least
 constexpr int64_t kDepthBlock = 256;  // k per pass over a panel (16 KiB of packed B)
 
 // Without AVX, GCC warns that passing 32-byte vectors changes the ABI; these helpers are
@@ -133,21 +134,24 @@ const float* PackA(Trans ta, int64_t m, int64_t k, const TA* a, int64_t lda) {
     kept.resize(static_cast<size_t>(tiles * k * kTileRows));
   }
   float* const ap = kept.data();
-  ParallelFor(tiles, 4, [&](int64_t t0, int64_t t1) {
-    for (int64_t tile = t0; tile < t1; ++tile) {
-      float* dst = ap + tile * k * kTileRows;
-      const int64_t rows = std::min<int64_t>(kTileRows, m - tile * kTileRows);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t row = tile * kTileRows + r;
-        if (ta == Trans::kNo) {
-          const TA* src = a + row * lda;
-          for (int64_t kk = 0; kk < k; ++kk) dst[kk * kTileRows + r] = Widen(src[kk]);
-        } else {
-          for (int64_t kk = 0; kk < k; ++kk) dst[kk * kTileRows + r] = Widen(a[kk * lda + row]);
-        }
-      }
-    }
-  });
+  // Small operands (attention, the chunk products) are packed by one thread: a fork costs more.
+  ParallelFor(tiles, std::max<int64_t>(1, kPackGrain / (k * kTileRows)),
+              [&](int64_t t0, int64_t t1) {
+                for (int64_t tile = t0; tile < t1; ++tile) {
+                  float* dst = ap + tile * k * kTileRows;
+                  const int64_t rows = std::min<int64_t>(kTileRows, m - tile * kTileRows);
+                  for (int64_t r = 0; r < rows; ++r) {
+                    const int64_t row = tile * kTileRows + r;
+                    if (ta == Trans::kNo) {
+                      const TA* src = a + row * lda;
+                      for (int64_t kk = 0; kk < k; ++kk) dst[kk * kTileRows + r] = Widen(src[kk]);
+                    } else {
+                      for (int64_t kk = 0; kk < k; ++kk)
+                        dst[kk * kTileRows + r] = Widen(a[kk * lda + row]);
+                    }
+                  }
+                }
+              });
   return ap;
 }
 
@@ -164,7 +168,7 @@ const float* PackB(Trans tb, int64_t n, int64_t k, const TB* b, int64_t ldb) {
   // Read along B's stored rows: op(B)'s rows when tb == kNo, its columns when kYes (then in
   // chunks of k, so the panel rows being written stay in L1).
   constexpr int64_t kChunk = 64;
-  ParallelFor(panels, 4, [&](int64_t p0, int64_t p1) {
+  ParallelFor(panels, std::max<int64_t>(1, kPackGrain / (k * kPanel)), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       float* dst = bp + p * k * kPanel;
       const int64_t cols = std::min(kPanel, n - p * kPanel);
@@ -254,8 +258,11 @@ void Multiply(const float* ap, const Panels& b, int64_t m, int64_t n, int64_t k,
       }
     }
   };
+  // Split by row blocks when there are enough of them to balance (the last may be short);
+  // else by panels, which come in equal widths.
   const int64_t row_blocks = (m + kRowBlock - 1) / kRowBlock;
-  if (row_blocks >= ComputeThreads()) {
+  const int64_t threads = ComputeThreads();
+  if (row_blocks >= 4 * threads || panels < 2 * threads) {
     ParallelFor(row_blocks, 1, [&](int64_t b0, int64_t b1) {
       work(b0 * kRowBlock, std::min(m, b1 * kRowBlock), 0, panels);
     });
