@@ -51,8 +51,8 @@ void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, cons
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // C = alpha op(A) op(B) + beta C, bf16 A and B, fp32 accumulation and C. On a CPU where
-// oneDNN has no bf16 matmul (AVX2 only: no AVX-512), both operands are widened to fp32, which
-// is exact, and multiplied on the fp32 path (GemmInfo::bf16_native says which).
+// oneDNN has no bf16 matmul (AVX2 only: no AVX-512), RowStableGemm widens both operands to
+// fp32, which is exact, as it packs them (GemmInfo::bf16_native says which).
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
           int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

@@ -7,9 +7,9 @@
 // prefill. The model's exactness checks rely on it (a compose's live rows are a subset of a
 // prefill's rows).
 //
-// Blocked for the caches (row blocks of 48, k chunks of 256, B packed in panels of 16
-// columns) and written with 8-wide vectors: AVX2 + FMA where the build targets them, plain
-// vector code elsewhere. Threads: the calling thread's ComputeThreads() (ParallelFor, rows or
+// Blocked for the caches (row blocks of 48, k chunks of 256, A packed in tiles of 6 rows, B in
+// panels of 16 columns) and written with 8-wide vectors: AVX2 + FMA where the build targets them,
+// plain vector code elsewhere. Threads: the calling thread's ComputeThreads() (ParallelFor, rows or
 // panels). Thread-safe (per-thread buffers).
 #pragma once
 
@@ -23,9 +23,10 @@ namespace hypic::cpu {
 // previous contents (NaN included).
 void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
-// The same for bf16 operands (bit patterns), widened exactly to fp32 as they are packed (B is
-// packed on every call anyway, so the widening costs no extra pass over the weight), with
-// fp32 products and sums: the bf16 product where oneDNN has no bf16 matmul.
+// The same for bf16 operands (bit patterns), widened exactly to fp32 as they are packed (both
+// are packed on every call anyway, so the widening costs no extra pass), with fp32 products
+// and sums: the bf16 product where oneDNN has no bf16 matmul, with the bits of the fp32 call
+// on the widened values.
 void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
                    const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                    float* c, int64_t ldc);
