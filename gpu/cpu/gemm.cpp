@@ -433,6 +433,21 @@ void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf
            });
 }
 
+void GemmRoundingA(int64_t m, float alpha, const float* a, int64_t lda, const PackedBf16Weight& w,
+                   float beta, float* c, int64_t ldc, std::vector<uint16_t>* a_bf16) {
+  const int64_t n = w.n(), k = w.k();
+  if (w.layout() == nullptr) {
+    return RowStableGemmPanelsRoundingA(m, n, k, alpha, a, lda,
+                                        static_cast<const uint16_t*>(w.data()), beta, c, ldc);
+  }
+  if (a_bf16->size() < static_cast<size_t>(m * k)) a_bf16->resize(static_cast<size_t>(m * k));
+  uint16_t* const ab = a_bf16->data();
+  ParallelFor(m, 64, [&](int64_t r0, int64_t r1) {
+    ConvertRowsToBf16(a + r0 * lda, lda, r1 - r0, k, ab + r0 * k, k);
+  });
+  Gemm(m, alpha, ab, k, w, beta, c, ldc);
+}
+
 void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;

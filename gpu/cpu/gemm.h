@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace hypic::cpu {
 
@@ -92,6 +93,11 @@ class PackedBf16Weight {
 // whatever m (tests/gpu/cpu/gemm_test.cpp).
 void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf16Weight& w,
           float beta, float* c, int64_t ldc);
+// The same for fp32 A [m, k], rounded to bf16 (F32ToBf16, as ConvertRowsToBf16) first: the
+// model's projections of fp32 activations. The rounded rows go to *a_bf16 (grown as needed)
+// where oneDNN reads them; RowStableGemm rounds them as it packs A, with no pass of its own.
+void GemmRoundingA(int64_t m, float alpha, const float* a, int64_t lda, const PackedBf16Weight& w,
+                   float beta, float* c, int64_t ldc, std::vector<uint16_t>* a_bf16);
 
 // C = alpha op(A) op(B) + beta C, fp32, for shapes that differ call to call.
 void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

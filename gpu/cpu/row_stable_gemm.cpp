@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #if defined(__AVX__)
 #include <immintrin.h>
 #endif
 
+#include "core/dtype.h"
 #include "gpu/cpu/compute_threads.h"
 
 namespace hypic::cpu {
@@ -123,11 +123,11 @@ void ScaleOnly(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
   }
 }
 
-// op(A) [m, k], of element type TA (float or bf16 bits), widened into the caller's buffer by
-// tiles of kTileRows rows, each tile's column kk contiguous (a tile's broadcasts then read one
-// stream): ap[(tile * k + kk) * kTileRows + r].
-template <typename TA>
-const float* PackA(Trans ta, int64_t m, int64_t k, const TA* a, int64_t lda) {
+// op(A) [m, k], of element type TA, converted to fp32 by `convert` (Widen, or a rounding to
+// bf16) into the caller's buffer by tiles of kTileRows rows, each tile's column kk contiguous
+// (a tile's broadcasts then read one stream): ap[(tile * k + kk) * kTileRows + r].
+template <typename TA, typename Convert>
+const float* PackA(Trans ta, int64_t m, int64_t k, const TA* a, int64_t lda, Convert convert) {
   const int64_t tiles = (m + kTileRows - 1) / kTileRows;
   std::vector<float>& kept = CallerBuffers().a;
   if (kept.size() < static_cast<size_t>(tiles * k * kTileRows)) {
@@ -144,10 +144,10 @@ const float* PackA(Trans ta, int64_t m, int64_t k, const TA* a, int64_t lda) {
                     const int64_t row = tile * kTileRows + r;
                     if (ta == Trans::kNo) {
                       const TA* src = a + row * lda;
-                      for (int64_t kk = 0; kk < k; ++kk) dst[kk * kTileRows + r] = Widen(src[kk]);
+                      for (int64_t kk = 0; kk < k; ++kk) dst[kk * kTileRows + r] = convert(src[kk]);
                     } else {
                       for (int64_t kk = 0; kk < k; ++kk)
-                        dst[kk * kTileRows + r] = Widen(a[kk * lda + row]);
+                        dst[kk * kTileRows + r] = convert(a[kk * lda + row]);
                     }
                   }
                 }
@@ -278,7 +278,27 @@ void Product(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, c
   if (m <= 0 || n <= 0) return;
   if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
   const float* bp = PackB(tb, n, k, b, ldb);
-  Multiply(PackA(ta, m, k, a, lda), F32Panels{bp, k}, m, n, k, alpha, beta, c, ldc);
+  const float* ap = PackA(ta, m, k, a, lda, [](TA x) { return Widen(x); });
+  Multiply(ap, F32Panels{bp, k}, m, n, k, alpha, beta, c, ldc);
+}
+
+// C = alpha A W^T + beta C from the packed A and W's panels.
+void PanelsProduct(const float* ap, int64_t m, int64_t n, int64_t k, float alpha,
+                   const uint16_t* panels, float beta, float* c, int64_t ldc) {
+  // Few row blocks (a decode step, a compose's live rows, an expert's share): each block of W
+  // widened as its tiles need it. Many: each would widen all of W again, so W is widened
+  // once, whole (the panels' layout is already the packed one).
+  if (m < kWidenWholeFromRows) {
+    return Multiply(ap, Bf16Panels{panels, k}, m, n, k, alpha, beta, c, ldc);
+  }
+  const int64_t elements = RowStablePanelElements(n, k);
+  std::vector<float>& kept = CallerBuffers().b;
+  if (kept.size() < static_cast<size_t>(elements)) kept.resize(static_cast<size_t>(elements));
+  float* const bp = kept.data();
+  ParallelFor(elements, int64_t{1} << 14, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) bp[i] = Widen(panels[i]);
+  });
+  Multiply(ap, F32Panels{bp, k}, m, n, k, alpha, beta, c, ldc);
 }
 
 }  // namespace
@@ -322,21 +342,17 @@ void RowStableGemmPanels(int64_t m, int64_t n, int64_t k, float alpha, const uin
                          int64_t lda, const uint16_t* panels, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
-  const float* ap = PackA(Trans::kNo, m, k, a, lda);
-  // Few row blocks (a decode step, a compose's live rows, an expert's share): each block of W
-  // widened as its tiles need it. Many: each would widen all of W again, so W is widened
-  // once, whole (the panels' layout is already the packed one).
-  if (m < kWidenWholeFromRows) {
-    return Multiply(ap, Bf16Panels{panels, k}, m, n, k, alpha, beta, c, ldc);
-  }
-  const int64_t elements = RowStablePanelElements(n, k);
-  std::vector<float>& kept = CallerBuffers().b;
-  if (kept.size() < static_cast<size_t>(elements)) kept.resize(static_cast<size_t>(elements));
-  float* const bp = kept.data();
-  ParallelFor(elements, int64_t{1} << 14, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) bp[i] = Widen(panels[i]);
-  });
-  Multiply(ap, F32Panels{bp, k}, m, n, k, alpha, beta, c, ldc);
+  const float* ap = PackA(Trans::kNo, m, k, a, lda, [](uint16_t x) { return Widen(x); });
+  PanelsProduct(ap, m, n, k, alpha, panels, beta, c, ldc);
+}
+
+void RowStableGemmPanelsRoundingA(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                                  int64_t lda, const uint16_t* panels, float beta, float* c,
+                                  int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
+  const float* ap = PackA(Trans::kNo, m, k, a, lda, [](float x) { return Widen(F32ToBf16(x)); });
+  PanelsProduct(ap, m, n, k, alpha, panels, beta, c, ldc);
 }
 
 }  // namespace hypic::cpu

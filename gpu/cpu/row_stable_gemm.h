@@ -41,5 +41,10 @@ void UnpackRowStablePanels(const uint16_t* panels, int64_t n, int64_t k, uint16_
 // RowStableGemm(kNo, kYes, ...) on the plain W.
 void RowStableGemmPanels(int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                          int64_t lda, const uint16_t* panels, float beta, float* c, int64_t ldc);
+// The same for fp32 A, each element rounded to bf16 (F32ToBf16) as A is packed: the bits of
+// RowStableGemmPanels on the rounded A, without a pass that writes it.
+void RowStableGemmPanelsRoundingA(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                                  int64_t lda, const uint16_t* panels, float beta, float* c,
+                                  int64_t ldc);
 
 }  // namespace hypic::cpu

@@ -24,7 +24,7 @@ namespace hypic::model {
 namespace {
 
 // y[m, n] = x[m, k] * w[n, k]^T (+ y): fp32, or with bf16 weights (plain or packed) x rounded
-// to bf16 into *x16 (row loops on ParallelFor) and an fp32-accumulating bf16 GEMM.
+// to bf16 (into *x16 where the GEMM reads it so) and an fp32-accumulating bf16 GEMM.
 void LinearGemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, DeviceWeight w,
                 int64_t ldw, float* y, int64_t ldy, bool accumulate, std::vector<uint16_t>* x16) {
   const float beta = accumulate ? 1.0f : 0.0f;
@@ -33,17 +33,17 @@ void LinearGemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, De
               static_cast<const float*>(w.data), ldw, beta, y, ldy);
     return;
   }
+  if (w.packed != nullptr) {
+    // A packed weight is always used whole: [n, k] with ldw == k (forward.cpp's projections).
+    assert(w.packed->n() == n && w.packed->k() == k && ldw == k);
+    cpu::GemmRoundingA(m, 1.0f, x, ldx, *w.packed, beta, y, ldy, x16);
+    return;
+  }
   if (x16->size() < static_cast<size_t>(m * k)) x16->resize(static_cast<size_t>(m * k));
   uint16_t* xb = x16->data();
   cpu::ParallelFor(m, 64, [&](int64_t r0, int64_t r1) {
     cpu::ConvertRowsToBf16(x + r0 * ldx, ldx, r1 - r0, k, xb + r0 * k, k);
   });
-  if (w.packed != nullptr) {
-    // A packed weight is always used whole: [n, k] with ldw == k (forward.cpp's projections).
-    assert(w.packed->n() == n && w.packed->k() == k && ldw == k);
-    cpu::Gemm(m, 1.0f, xb, k, *w.packed, beta, y, ldy);
-    return;
-  }
   cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, m, n, k, 1.0f, xb, k,
             static_cast<const uint16_t*>(w.data), ldw, beta, y, ldy);
 }

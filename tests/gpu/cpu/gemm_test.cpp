@@ -215,6 +215,7 @@ TEST_CASE("bf16 Gemm accumulates the rounded operands in fp32") {
 }
 
 TEST_CASE("a packed bf16 weight gives the plain layout's product and unpacks exactly") {
+  // GemmRoundingA too, from the fp32 activations.
   // The shapes of the model's projections (k 512, n from the router's 8 to a fused 1552) and
   // odd ones the layout pads; row counts on both sides of the row blocks, a lone row, beta.
   testing::SeededRng rng(13);
@@ -245,6 +246,11 @@ TEST_CASE("a packed bf16 weight gives the plain layout's product and unpacks exa
         Gemm(m, 0.5f, x16.data(), k, packed, beta, blocked.data(), n);
         INFO("n=", n, " k=", k, " m=", m, " beta=", beta, " threads=", threads);
         CHECK(blocked == plain);
+        // fp32 activations rounded by the product itself: the same bits.
+        auto rounding = c0;
+        std::vector<uint16_t> scratch;
+        GemmRoundingA(m, 0.5f, x.data(), k, packed, beta, rounding.data(), n, &scratch);
+        CHECK(std::memcmp(rounding.data(), blocked.data(), rounding.size() * sizeof(float)) == 0);
       }
     }
   }
