@@ -155,16 +155,11 @@ const float* PackA(Trans ta, int64_t m, int64_t k, const TA* a, int64_t lda, Con
   return ap;
 }
 
-// op(B) [k, n], of element type TB, widened into the caller's buffer as panels of kPanel
-// columns, k rows each, zero past column n: bp[(p * k + kk) * kPanel + j].
+// op(B) [k, n], of element type TB, widened into bp as panels of kPanel columns, k rows
+// each, zero past column n: bp[(p * k + kk) * kPanel + j].
 template <typename TB>
-const float* PackB(Trans tb, int64_t n, int64_t k, const TB* b, int64_t ldb) {
+void PackBInto(Trans tb, int64_t n, int64_t k, const TB* b, int64_t ldb, float* bp) {
   const int64_t panels = (n + kPanel - 1) / kPanel;
-  std::vector<float>& kept = CallerBuffers().b;
-  if (kept.size() < static_cast<size_t>(panels * k * kPanel)) {
-    kept.resize(static_cast<size_t>(panels * k * kPanel));
-  }
-  float* const bp = kept.data();
   // Read along B's stored rows: op(B)'s rows when tb == kNo, its columns when kYes (then in
   // chunks of k, so the panel rows being written stay in L1).
   constexpr int64_t kChunk = 64;
@@ -192,17 +187,27 @@ const float* PackB(Trans tb, int64_t n, int64_t k, const TB* b, int64_t ldb) {
       }
     }
   });
-  return bp;
+}
+
+// The same into the caller's buffer.
+template <typename TB>
+const float* PackB(Trans tb, int64_t n, int64_t k, const TB* b, int64_t ldb) {
+  const int64_t elements = (n + kPanel - 1) / kPanel * kPanel * k;
+  std::vector<float>& kept = CallerBuffers().b;
+  if (kept.size() < static_cast<size_t>(elements)) kept.resize(static_cast<size_t>(elements));
+  PackBInto(tb, n, k, b, ldb, kept.data());
+  return kept.data();
 }
 
 // Where the tiles read op(B) from, one (panel, depth block) at a time: Block(p, k0, depth)
 // gives rows [k0, k0 + depth) of panel p, fp32, [depth][kPanel].
-// The whole of op(B), packed in fp32 for this call (PackB).
+// op(B) packed in fp32 (PackB, or the caller's RowStablePanelsF32), panel p at
+// data + p * panel_stride.
 struct F32Panels {
   const float* data;
-  int64_t k;
+  int64_t panel_stride;
   const float* Block(int64_t p, int64_t k0, int64_t /*depth*/) const {
-    return data + (p * k + k0) * kPanel;
+    return data + p * panel_stride + k0 * kPanel;
   }
 };
 // A weight kept in bf16 panels (PackRowStablePanels), each block widened into the running
@@ -279,7 +284,7 @@ void Product(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, c
   if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
   const float* bp = PackB(tb, n, k, b, ldb);
   const float* ap = PackA(ta, m, k, a, lda, [](TA x) { return Widen(x); });
-  Multiply(ap, F32Panels{bp, k}, m, n, k, alpha, beta, c, ldc);
+  Multiply(ap, F32Panels{bp, k * kPanel}, m, n, k, alpha, beta, c, ldc);
 }
 
 // C = alpha A W^T + beta C from the packed A and W's panels.
@@ -298,7 +303,7 @@ void PanelsProduct(const float* ap, int64_t m, int64_t n, int64_t k, float alpha
   ParallelFor(elements, int64_t{1} << 14, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) bp[i] = Widen(panels[i]);
   });
-  Multiply(ap, F32Panels{bp, k}, m, n, k, alpha, beta, c, ldc);
+  Multiply(ap, F32Panels{bp, k * kPanel}, m, n, k, alpha, beta, c, ldc);
 }
 
 }  // namespace
@@ -344,6 +349,20 @@ void RowStableGemmPanels(int64_t m, int64_t n, int64_t k, float alpha, const uin
   if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
   const float* ap = PackA(Trans::kNo, m, k, a, lda, [](uint16_t x) { return Widen(x); });
   PanelsProduct(ap, m, n, k, alpha, panels, beta, c, ldc);
+}
+
+void PackRowStablePanelsF32(Trans tb, int64_t n, int64_t k, const float* b, int64_t ldb,
+                            float* panels) {
+  if (n > 0 && k > 0) PackBInto(tb, n, k, b, ldb, panels);
+}
+
+void RowStableGemmPrepacked(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                            int64_t lda, const float* panels, int64_t panel_stride, float beta,
+                            float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
+  const float* ap = PackA(Trans::kNo, m, k, a, lda, [](float x) { return x; });
+  Multiply(ap, F32Panels{panels, panel_stride}, m, n, k, alpha, beta, c, ldc);
 }
 
 void RowStableGemmPanelsRoundingA(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
