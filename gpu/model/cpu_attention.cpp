@@ -89,10 +89,16 @@ class KeyProducts {
     // dimensions.
     k_panels_ = cpu::RowStablePanelElements(keys, hd_);
     v_panels_ = cpu::RowStablePanelElements(hd_, keys);
-    packed_.resize(static_cast<size_t>(shape.kv_heads * (k_panels_ + v_panels_)));
+    // The calling thread's buffer, kept between calls: a fresh one would be mapped and zeroed
+    // every time (megabytes at a long prompt).
+    thread_local std::vector<float> kept;
+    const auto size = static_cast<size_t>(shape.kv_heads * (k_panels_ + v_panels_));
+    if (kept.size() < size) kept.resize(size);
+    float* const buffer = kept.data();  // the lambda may run on other threads: not `kept`
+    packed_ = buffer;
     cpu::ParallelFor(shape.kv_heads, 1, [&](int64_t g0, int64_t g1) {
       for (int64_t g = g0; g < g1; ++g) {
-        float* dst = packed_.data() + g * (k_panels_ + v_panels_);
+        float* dst = buffer + g * (k_panels_ + v_panels_);
         cpu::PackRowStablePanelsF32(cpu::Trans::kYes, keys, hd_, k + g * hd_, ldk_, dst);
         cpu::PackRowStablePanelsF32(cpu::Trans::kNo, hd_, keys, v + g * hd_, ldk_, dst + k_panels_);
       }
@@ -102,22 +108,22 @@ class KeyProducts {
   // sc[m, nb] = scale q[m, hd] K[b0, b0 + nb)^T (q's row stride ldq). REQUIRES: b0 % 16 == 0.
   void Scores(int64_t g, int64_t b0, int64_t nb, int64_t m, float scale, const float* q,
               int64_t ldq, float* sc) const {
-    if (packed_.empty()) {
+    if (packed_ == nullptr) {
       return cpu::GemmAnyShape(cpu::Trans::kNo, cpu::Trans::kYes, m, nb, hd_, scale, q, ldq,
                                k_ + b0 * ldk_ + g * hd_, ldk_, 0.0f, sc, nb);
     }
-    const float* panels = packed_.data() + g * (k_panels_ + v_panels_);
+    const float* panels = packed_ + g * (k_panels_ + v_panels_);
     cpu::RowStableGemmPrepacked(m, nb, hd_, scale, q, ldq, panels + b0 / kPanel * hd_ * kPanel,
                                 hd_ * kPanel, 0.0f, sc, nb);
   }
 
   // acc[m, hd] += p[m, nb] V[b0, b0 + nb).
   void Accumulate(int64_t g, int64_t b0, int64_t nb, int64_t m, const float* p, float* acc) const {
-    if (packed_.empty()) {
+    if (packed_ == nullptr) {
       return cpu::GemmAnyShape(cpu::Trans::kNo, cpu::Trans::kNo, m, hd_, nb, 1.0f, p, nb,
                                v_ + b0 * ldk_ + g * hd_, ldk_, 1.0f, acc, hd_);
     }
-    const float* panels = packed_.data() + g * (k_panels_ + v_panels_) + k_panels_;
+    const float* panels = packed_ + g * (k_panels_ + v_panels_) + k_panels_;
     cpu::RowStableGemmPrepacked(m, hd_, nb, 1.0f, p, nb, panels + b0 * kPanel, keys_ * kPanel, 1.0f,
                                 acc, hd_);
   }
@@ -127,7 +133,7 @@ class KeyProducts {
   const float* k_;
   const float* v_;
   int64_t k_panels_ = 0, v_panels_ = 0;  // floats per kv head
-  std::vector<float> packed_;            // empty: the products read K and V as stored
+  const float* packed_ = nullptr;        // null: the products read K and V as stored
 };
 
 void AttentionF32(const AttentionShape& shape, const float* q, const float* k, const float* v,
