@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX__)
@@ -14,9 +15,9 @@
 namespace hypic::cpu {
 namespace {
 
-constexpr int64_t kPanel = 16;     // columns of a packed B panel: two 8-wide vectors
-constexpr int kTileRows = 6;       // rows of the micro-tile: 12 accumulators
-constexpr int64_t kRowBlock = 48;  // rows whose partial sums stay in a thread's buffer
+constexpr int64_t kPanel = kRowStablePanel;  // columns of a packed B panel: two 8-wide vectors
+constexpr int kTileRows = 6;                 // rows of the micro-tile: 12 accumulators
+constexpr int64_t kRowBlock = 48;            // rows whose partial sums stay in a thread's buffer
 static_assert(kRowBlock % kTileRows == 0, "row blocks hold whole tiles");
 constexpr int64_t kWidenWholeFromRows = 4 * kRowBlock;  // RowStableGemmPanels
 constexpr int64_t kPackGrain = int64_t{1} << 15;        // elements a packing thread takes at least
@@ -155,23 +156,31 @@ const float* PackA(Trans ta, int64_t m, int64_t k, const TA* a, int64_t lda, Con
   return ap;
 }
 
-// op(B) [k, n], of element type TB, widened into bp as panels of kPanel columns, k rows
-// each, zero past column n: bp[(p * k + kk) * kPanel + j].
-template <typename TB>
-void PackBInto(Trans tb, int64_t n, int64_t k, const TB* b, int64_t ldb, float* bp) {
+// op(B) [k, n], of element type TB, into bp as panels of kPanel columns, k rows each, zero past
+// column n: bp[(p * k + kk) * kPanel + j]; the elements widened to fp32 (TD float) or kept as
+// they are (TD == TB: a weight's bf16 panels).
+template <typename TB, typename TD>
+void PackBInto(Trans tb, int64_t n, int64_t k, const TB* b, int64_t ldb, TD* bp) {
+  auto as_panel = [](TB x) -> TD {
+    if constexpr (std::is_same_v<TD, TB>) {
+      return x;
+    } else {
+      return Widen(x);
+    }
+  };
   const int64_t panels = (n + kPanel - 1) / kPanel;
   // Read along B's stored rows: op(B)'s rows when tb == kNo, its columns when kYes (then in
   // chunks of k, so the panel rows being written stay in L1).
   constexpr int64_t kChunk = 64;
   ParallelFor(panels, std::max<int64_t>(1, kPackGrain / (k * kPanel)), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
-      float* dst = bp + p * k * kPanel;
+      TD* dst = bp + p * k * kPanel;
       const int64_t cols = std::min(kPanel, n - p * kPanel);
       if (tb == Trans::kNo) {
         for (int64_t kk = 0; kk < k; ++kk) {
           const TB* src = b + kk * ldb + p * kPanel;
           for (int64_t j = 0; j < kPanel; ++j) {
-            dst[kk * kPanel + j] = j < cols ? Widen(src[j]) : 0.0f;
+            dst[kk * kPanel + j] = j < cols ? as_panel(src[j]) : TD{0};
           }
         }
         continue;
@@ -181,7 +190,7 @@ void PackBInto(Trans tb, int64_t n, int64_t k, const TB* b, int64_t ldb, float* 
         for (int64_t j = 0; j < kPanel; ++j) {
           const TB* src = b + (p * kPanel + j) * ldb;
           for (int64_t kk = k0; kk < k1; ++kk) {
-            dst[kk * kPanel + j] = j < cols ? Widen(src[kk]) : 0.0f;
+            dst[kk * kPanel + j] = j < cols ? as_panel(src[kk]) : TD{0};
           }
         }
       }
@@ -192,7 +201,7 @@ void PackBInto(Trans tb, int64_t n, int64_t k, const TB* b, int64_t ldb, float* 
 // The same into the caller's buffer.
 template <typename TB>
 const float* PackB(Trans tb, int64_t n, int64_t k, const TB* b, int64_t ldb) {
-  const int64_t elements = (n + kPanel - 1) / kPanel * kPanel * k;
+  const int64_t elements = RowStablePanelElements(n, k);
   std::vector<float>& kept = CallerBuffers().b;
   if (kept.size() < static_cast<size_t>(elements)) kept.resize(static_cast<size_t>(elements));
   PackBInto(tb, n, k, b, ldb, kept.data());
@@ -324,16 +333,7 @@ int64_t RowStablePanelElements(int64_t n, int64_t k) {
 }
 
 void PackRowStablePanels(const uint16_t* w, int64_t n, int64_t k, uint16_t* panels) {
-  const int64_t count = (n + kPanel - 1) / kPanel;
-  ParallelFor(count, 4, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      uint16_t* dst = panels + p * k * kPanel;
-      for (int64_t j = 0; j < kPanel; ++j) {
-        const int64_t row = p * kPanel + j;
-        for (int64_t kk = 0; kk < k; ++kk) dst[kk * kPanel + j] = row < n ? w[row * k + kk] : 0;
-      }
-    }
-  });
+  PackBInto(Trans::kYes, n, k, w, k, panels);  // op(B) = W^T
 }
 
 void UnpackRowStablePanels(const uint16_t* panels, int64_t n, int64_t k, uint16_t* w) {

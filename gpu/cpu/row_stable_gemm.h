@@ -31,6 +31,10 @@ void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float al
                    const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                    float* c, int64_t ldc);
 
+// The width of RowStableGemm's panels of B (two 8-wide vectors): a packed operand's column
+// offsets into them are multiples of it.
+inline constexpr int64_t kRowStablePanel = 16;
+
 // A bf16 weight W [n, k] (nn.Linear's layout) kept in the panels RowStableGemm packs B into,
 // in bf16: ceil(n / 16) panels of [k][16], zero past row n of W, so a product reads the weight
 // as it is (a depth block at a time, widened in the cache) instead of packing it per call.

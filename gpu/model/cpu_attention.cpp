@@ -80,8 +80,6 @@ int64_t ValidKeys(std::span<const int64_t> positions, int64_t r, int64_t b0, int
 // elsewhere they go to GemmAnyShape as stored. The same bits either way as the plain call.
 class KeyProducts {
  public:
-  static constexpr int64_t kPanel = 16;  // RowStableGemm's panel width
-
   KeyProducts(const AttentionShape& shape, const float* k, const float* v, int64_t keys)
       : hd_(shape.head_dim), ldk_(shape.kv_heads * shape.head_dim), keys_(keys), k_(k), v_(v) {
     if (cpu::DescribeGemm().f32_onednn) return;
@@ -113,8 +111,9 @@ class KeyProducts {
                                k_ + b0 * ldk_ + g * hd_, ldk_, 0.0f, sc, nb);
     }
     const float* panels = packed_ + g * (k_panels_ + v_panels_);
-    cpu::RowStableGemmPrepacked(m, nb, hd_, scale, q, ldq, panels + b0 / kPanel * hd_ * kPanel,
-                                hd_ * kPanel, 0.0f, sc, nb);
+    cpu::RowStableGemmPrepacked(m, nb, hd_, scale, q, ldq,
+                                panels + b0 / cpu::kRowStablePanel * hd_ * cpu::kRowStablePanel,
+                                hd_ * cpu::kRowStablePanel, 0.0f, sc, nb);
   }
 
   // acc[m, hd] += p[m, nb] V[b0, b0 + nb).
@@ -124,8 +123,8 @@ class KeyProducts {
                                v_ + b0 * ldk_ + g * hd_, ldk_, 1.0f, acc, hd_);
     }
     const float* panels = packed_ + g * (k_panels_ + v_panels_) + k_panels_;
-    cpu::RowStableGemmPrepacked(m, hd_, nb, 1.0f, p, nb, panels + b0 * kPanel, keys_ * kPanel, 1.0f,
-                                acc, hd_);
+    cpu::RowStableGemmPrepacked(m, hd_, nb, 1.0f, p, nb, panels + b0 * cpu::kRowStablePanel,
+                                keys_ * cpu::kRowStablePanel, 1.0f, acc, hd_);
   }
 
  private:
@@ -139,7 +138,7 @@ class KeyProducts {
 void AttentionF32(const AttentionShape& shape, const float* q, const float* k, const float* v,
                   float* out, std::span<const int64_t> positions) {
   constexpr int64_t kTile = 128, kKeyBlock = 256;
-  static_assert(kKeyBlock % KeyProducts::kPanel == 0, "key blocks start on a panel");
+  static_assert(kKeyBlock % cpu::kRowStablePanel == 0, "key blocks start on a panel");
   const auto rows = static_cast<int64_t>(positions.size());
   if (rows == 0) return;
   const int64_t hd = shape.head_dim, group = shape.heads / shape.kv_heads;
