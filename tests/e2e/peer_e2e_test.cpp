@@ -35,10 +35,12 @@ using protocol::Opcode;
 using testing::SeededRng;
 
 // Every daemon of a test has the same compute budget (one prefill worker on the same cores), so
-// an entry is bitwise the same whichever daemon computed it.
+// an entry is bitwise the same whichever daemon computed it. A request's budget covers the kill
+// case's large segment twice (on the peer, then again on the router) in a sanitizer build on a
+// loaded machine: the default 30 s did not, under ThreadSanitizer in CI.
 DaemonOptions Options(std::vector<std::string> extra = {}) {
   DaemonOptions o;
-  o.args = {"--prefill-workers", "1", "--compute-workers", "2"};
+  o.args = {"--prefill-workers", "1", "--compute-workers", "2", "--request-timeout-ms", "110s"};
   o.args.insert(o.args.end(), extra.begin(), extra.end());
   return o;
 }
