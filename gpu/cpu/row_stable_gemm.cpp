@@ -5,51 +5,26 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__AVX__)
-#include <immintrin.h>
-#endif
-
 #include "core/dtype.h"
 #include "gpu/cpu/compute_threads.h"
+#include "gpu/cpu/vec8.h"
 
 namespace hypic::cpu {
 namespace {
 
 constexpr int64_t kPanel = kRowStablePanel;  // columns of a packed B panel: two 8-wide vectors
-constexpr int kTileRows = 6;                 // rows of the micro-tile: 12 accumulators
-constexpr int64_t kRowBlock = 48;            // rows whose partial sums stay in a thread's buffer
+static_assert(kPanel == 16, "vec8::PanelChain reads panels of two 8-lane vectors");
+constexpr int kTileRows = 6;       // rows of the micro-tile: 12 accumulators
+constexpr int64_t kRowBlock = 48;  // rows whose partial sums stay in a thread's buffer
 static_assert(kRowBlock % kTileRows == 0, "row blocks hold whole tiles");
 constexpr int64_t kWidenWholeFromRows = 4 * kRowBlock;  // RowStableGemmPanels
 constexpr int64_t kPackGrain = int64_t{1} << 15;        // elements a packing thread takes at least
 constexpr int64_t kDepthBlock = 256;  // k per pass over a panel (16 KiB of packed B)
 
-// Without AVX, GCC warns that passing 32-byte vectors changes the ABI; these helpers are
-// internal to this file and inlined, so no call crosses an ABI boundary.
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float V8 __attribute__((vector_size(32)));
-
-inline V8 Load(const float* p) {
-  V8 v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void Store(float* p, V8 v) { __builtin_memcpy(p, &v, sizeof v); }
-inline V8 Broadcast(const float* p) {
-#if defined(__AVX__)
-  return _mm256_broadcast_ss(p);  // a load, no shuffle
-#else
-  const float x = *p;
-  return V8{x, x, x, x, x, x, x, x};
-#endif
-}
-inline V8 Splat(float x) { return V8{x, x, x, x, x, x, x, x}; }
-inline V8 Fma(V8 a, V8 b, V8 c) {
-#if defined(__FMA__)
-  return _mm256_fmadd_ps(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
+using vec8::Load;
+using vec8::Splat;
+using vec8::Store;
+using vec8::V8;
 
 // t[r][0, 16) (row stride ldt) = (first ? 0 : t[r]) + sum over kk < depth, in order, of
 // A(r, kk) * panel[kk][0, 16), for R <= kTileRows rows of A packed as a[kk * kTileRows + r]:
@@ -62,16 +37,7 @@ void Tile(const float* a, const float* panel, int64_t depth, bool first, float* 
     acc[r][0] = first ? V8{} : Load(t + r * ldt);
     acc[r][1] = first ? V8{} : Load(t + r * ldt + 8);
   }
-#pragma GCC unroll 4
-  for (int64_t kk = 0; kk < depth; ++kk) {
-    const V8 b0 = Load(panel + kk * kPanel), b1 = Load(panel + kk * kPanel + 8);
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      const V8 av = Broadcast(a + kk * kTileRows + r);
-      acc[r][0] = Fma(av, b0, acc[r][0]);
-      acc[r][1] = Fma(av, b1, acc[r][1]);
-    }
-  }
+  vec8::PanelChain<R, 1, kTileRows>(a, panel, depth, acc);
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
     Store(t + r * ldt, acc[r][0]);
@@ -354,15 +320,6 @@ void RowStableGemmPanels(int64_t m, int64_t n, int64_t k, float alpha, const uin
 void PackRowStablePanelsF32(Trans tb, int64_t n, int64_t k, const float* b, int64_t ldb,
                             float* panels) {
   if (n > 0 && k > 0) PackBInto(tb, n, k, b, ldb, panels);
-}
-
-void RowStableGemmPrepacked(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                            int64_t lda, const float* panels, int64_t panel_stride, float beta,
-                            float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
-  const float* ap = PackA(Trans::kNo, m, k, a, lda, [](float x) { return x; });
-  Multiply(ap, F32Panels{panels, panel_stride}, m, n, k, alpha, beta, c, ldc);
 }
 
 void RowStableGemmPanelsRoundingA(int64_t m, int64_t n, int64_t k, float alpha, const float* a,

@@ -51,17 +51,11 @@ void RowStableGemmPanelsRoundingA(int64_t m, int64_t n, int64_t k, float alpha, 
                                   int64_t lda, const uint16_t* panels, float beta, float* c,
                                   int64_t ldc);
 
-// An fp32 op(B) [k, n] packed once by its caller for many products (attention's K and V,
-// read by every query tile): ceil(n / 16) panels of [k][16] (RowStablePanelElements(n, k)
-// floats), zero past column n. RowStableGemmPrepacked: C = alpha A op(B) + beta C for A
-// [m, k] fp32 (row stride lda), reading panel p at panels + p * panel_stride, rows [0, k) of
-// it: a product over rows [k0, k0 + k) of the packed op(B) passes panels + k0 * 16 with the
-// full panel stride, one over its columns from 16 q on passes panels + q * panel_stride. The
-// bits of RowStableGemm(kNo, tb, ...) on that part of op(B).
+// An fp32 op(B) [k, n] in the same panels, for a caller's own kernels over them (the fused
+// fp32 attention's K^T and V, gpu/model/cpu_attention.cpp): ceil(n / 16) panels of [k][16]
+// (RowStablePanelElements(n, k) floats), panels[(p * k + kk) * 16 + j] = op(B)[kk][16 p + j],
+// zero past column n.
 void PackRowStablePanelsF32(Trans tb, int64_t n, int64_t k, const float* b, int64_t ldb,
                             float* panels);
-void RowStableGemmPrepacked(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                            int64_t lda, const float* panels, int64_t panel_stride, float beta,
-                            float* c, int64_t ldc);
 
 }  // namespace hypic::cpu

@@ -11,6 +11,7 @@
 #include "gpu/cpu/compute_threads.h"
 #include "gpu/cpu/gemm.h"
 #include "gpu/cpu/row_stable_gemm.h"
+#include "gpu/cpu/vec8.h"
 #include "gpu/model/forward_math.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
@@ -27,8 +28,8 @@
 namespace hypic::model {
 namespace {
 
-// Reductions with 16 independent lanes, so they vectorise without -ffast-math and do not wait
-// on one accumulator's latency.
+// The max of a row with 16 independent lanes, so it vectorises without -ffast-math and does not
+// wait on one accumulator's latency.
 constexpr int kLanes = 16;
 
 float LaneMax(const float* x, int64_t n) {
@@ -44,109 +45,69 @@ float LaneMax(const float* x, int64_t n) {
   return m;
 }
 
-float LaneSum(const float* x, int64_t n) {
-  float acc[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    for (int l = 0; l < kLanes; ++l) acc[l] += x[j + l];
-  }
-  float s = 0.0f;
-  for (int l = 0; l < kLanes; ++l) s += acc[l];
-  for (; j < n; ++j) s += x[j];
-  return s;
-}
-
 // One online-softmax step over a row's block of scores row[0, valid) (valid > 0): the running
-// max and sum move on, the scores become exp(score - max) in place, and the factor by which the
-// row's accumulated output must be rescaled is returned (0 on the first block: max was -inf).
+// max and sum move on, the scores become exp(score - max) in place (vec8::Exp, 8 lanes), and
+// the factor by which the row's accumulated output must be rescaled is returned (0 on the
+// first block: max was -inf). The sum goes by 16 lanes in a fixed order; the last partial
+// vector is computed whole and its lanes past `valid` are neither stored nor summed.
 float SoftmaxStep(float* row, int64_t valid, float* max, float* sum) {
+  using cpu::vec8::Exp;
+  using cpu::vec8::Load;
+  using cpu::vec8::Splat;
+  using cpu::vec8::Store;
+  using cpu::vec8::V8;
   const float m = std::max(*max, LaneMax(row, valid));
   const float rescale = FastExp(*max - m);
-  for (int64_t j = 0; j < valid; ++j) row[j] = FastExp(row[j] - m);
-  *sum = *sum * rescale + LaneSum(row, valid);
+  const V8 mv = Splat(m);
+  V8 part[2] = {};
+  int64_t j = 0;
+  for (; j + 16 <= valid; j += 16) {
+    for (int h = 0; h < 2; ++h) {
+      const V8 e = Exp(Load(row + j + 8 * h) - mv);
+      Store(row + j + 8 * h, e);
+      part[h] += e;
+    }
+  }
+  if (j < valid) {
+    alignas(32) float tail[16];
+    const auto left = static_cast<size_t>(valid - j);
+    std::copy(row + j, row + valid, tail);
+    std::fill(tail + left, tail + 16, 0.0f);
+    for (int h = 0; h < 2; ++h) Store(tail + 8 * h, Exp(Load(tail + 8 * h) - mv));
+    std::fill(tail + left, tail + 16, 0.0f);
+    std::copy(tail, tail + left, row + j);
+    for (int h = 0; h < 2; ++h) part[h] += Load(tail + 8 * h);
+  }
+  alignas(32) float lanes[16];
+  Store(lanes, part[0]);
+  Store(lanes + 8, part[1]);
+  float s = 0.0f;
+  for (float lane : lanes) s += lane;
+  *sum = *sum * rescale + s;
   *max = m;
   return rescale;
 }
+
+// The query tile of the i-th item of a kv head's `tiles`: first with last (0, T-1, 1, T-2,
+// ...), so equal ranges of items cost about the same under the causal mask.
+int64_t PairedTile(int64_t i, int64_t tiles) { return i % 2 == 0 ? i / 2 : tiles - 1 - i / 2; }
 
 // The keys of row r's block [b0, b0 + nb) that it may attend.
 int64_t ValidKeys(std::span<const int64_t> positions, int64_t r, int64_t b0, int64_t nb) {
   return std::clamp<int64_t>(positions[static_cast<size_t>(r)] + 1 - b0, 0, nb);
 }
 
-// The two products of AttentionF32 for a block of keys [b0, b0 + nb) of kv head g: the
-// scores Q K^T and the accumulation P V. Where the fp32 products run on RowStableGemm (CPUs
-// without AVX-512), K and V of every kv head are packed into its panels once, here, instead
-// of once per (query tile, key block) inside each product (5% of a 16k-token prefill there);
-// elsewhere they go to GemmAnyShape as stored. The same bits either way as the plain call.
-class KeyProducts {
- public:
-  KeyProducts(const AttentionShape& shape, const float* k, const float* v, int64_t keys)
-      : hd_(shape.head_dim), ldk_(shape.kv_heads * shape.head_dim), keys_(keys), k_(k), v_(v) {
-    if (cpu::DescribeGemm().f32_onednn) return;
-    // Per kv head: K^T [hd, keys] as panels of 16 keys, then V [keys, hd] as panels of 16
-    // dimensions.
-    k_panels_ = cpu::RowStablePanelElements(keys, hd_);
-    v_panels_ = cpu::RowStablePanelElements(hd_, keys);
-    // The calling thread's buffer, kept between calls: a fresh one would be mapped and zeroed
-    // every time (megabytes at a long prompt).
-    thread_local std::vector<float> kept;
-    const auto size = static_cast<size_t>(shape.kv_heads * (k_panels_ + v_panels_));
-    if (kept.size() < size) kept.resize(size);
-    float* const buffer = kept.data();  // the lambda may run on other threads: not `kept`
-    packed_ = buffer;
-    cpu::ParallelFor(shape.kv_heads, 1, [&](int64_t g0, int64_t g1) {
-      for (int64_t g = g0; g < g1; ++g) {
-        float* dst = buffer + g * (k_panels_ + v_panels_);
-        cpu::PackRowStablePanelsF32(cpu::Trans::kYes, keys, hd_, k + g * hd_, ldk_, dst);
-        cpu::PackRowStablePanelsF32(cpu::Trans::kNo, hd_, keys, v + g * hd_, ldk_, dst + k_panels_);
-      }
-    });
-  }
-
-  // sc[m, nb] = scale q[m, hd] K[b0, b0 + nb)^T (q's row stride ldq). REQUIRES: b0 % 16 == 0.
-  void Scores(int64_t g, int64_t b0, int64_t nb, int64_t m, float scale, const float* q,
-              int64_t ldq, float* sc) const {
-    if (packed_ == nullptr) {
-      return cpu::GemmAnyShape(cpu::Trans::kNo, cpu::Trans::kYes, m, nb, hd_, scale, q, ldq,
-                               k_ + b0 * ldk_ + g * hd_, ldk_, 0.0f, sc, nb);
-    }
-    const float* panels = packed_ + g * (k_panels_ + v_panels_);
-    cpu::RowStableGemmPrepacked(m, nb, hd_, scale, q, ldq,
-                                panels + b0 / cpu::kRowStablePanel * hd_ * cpu::kRowStablePanel,
-                                hd_ * cpu::kRowStablePanel, 0.0f, sc, nb);
-  }
-
-  // acc[m, hd] += p[m, nb] V[b0, b0 + nb).
-  void Accumulate(int64_t g, int64_t b0, int64_t nb, int64_t m, const float* p, float* acc) const {
-    if (packed_ == nullptr) {
-      return cpu::GemmAnyShape(cpu::Trans::kNo, cpu::Trans::kNo, m, hd_, nb, 1.0f, p, nb,
-                               v_ + b0 * ldk_ + g * hd_, ldk_, 1.0f, acc, hd_);
-    }
-    const float* panels = packed_ + g * (k_panels_ + v_panels_) + k_panels_;
-    cpu::RowStableGemmPrepacked(m, hd_, nb, 1.0f, p, nb, panels + b0 * cpu::kRowStablePanel,
-                                keys_ * cpu::kRowStablePanel, 1.0f, acc, hd_);
-  }
-
- private:
-  int64_t hd_, ldk_, keys_;
-  const float* k_;
-  const float* v_;
-  int64_t k_panels_ = 0, v_panels_ = 0;  // floats per kv head
-  const float* packed_ = nullptr;        // null: the products read K and V as stored
-};
-
+// fp32 attention on oneDNN (CPUs with AVX-512): per (head, query tile) and key block, the
+// scores Q K^T and the accumulation P V as dnnl_sgemm products (GemmAnyShape), the online
+// softmax between them.
 void AttentionF32(const AttentionShape& shape, const float* q, const float* k, const float* v,
                   float* out, std::span<const int64_t> positions) {
   constexpr int64_t kTile = 128, kKeyBlock = 256;
-  static_assert(kKeyBlock % cpu::kRowStablePanel == 0, "key blocks start on a panel");
   const auto rows = static_cast<int64_t>(positions.size());
-  if (rows == 0) return;
   const int64_t hd = shape.head_dim, group = shape.heads / shape.kv_heads;
-  const int64_t ldq = shape.heads * hd;
+  const int64_t ldq = shape.heads * hd, ldk = shape.kv_heads * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t tiles = (rows + kTile - 1) / kTile;
-  const KeyProducts products(shape, k, v,
-                             *std::max_element(positions.begin(), positions.end()) + 1);
   // Work items (head, tile), numbered head-major so each thread's range holds whole heads
   // (tiles grow with their keys; a head's tiles together cost the same for every head). Each
   // item runs on one thread.
@@ -166,7 +127,9 @@ void AttentionF32(const AttentionShape& shape, const float* q, const float* k, c
         while (positions[static_cast<size_t>(r0 + first)] < b0) ++first;
         const int64_t m = tile - first;
         float* sc = scores.data() + first * nb;
-        products.Scores(g, b0, nb, m, scale, q + (r0 + first) * ldq + h * hd, ldq, sc);
+        cpu::GemmAnyShape(cpu::Trans::kNo, cpu::Trans::kYes, m, nb, hd, scale,
+                          q + (r0 + first) * ldq + h * hd, ldq, k + b0 * ldk + g * hd, ldk, 0.0f,
+                          sc, nb);
         for (int64_t i = first; i < tile; ++i) {
           float* row = scores.data() + i * nb;
           const int64_t valid = ValidKeys(positions, r0 + i, b0, nb);
@@ -177,7 +140,8 @@ void AttentionF32(const AttentionShape& shape, const float* q, const float* k, c
           }
           std::fill(row + valid, row + nb, 0.0f);
         }
-        products.Accumulate(g, b0, nb, m, sc, acc.data() + first * hd);
+        cpu::GemmAnyShape(cpu::Trans::kNo, cpu::Trans::kNo, m, hd, nb, 1.0f, sc, nb,
+                          v + b0 * ldk + g * hd, ldk, 1.0f, acc.data() + first * hd, hd);
       }
       for (int64_t i = 0; i < tile; ++i) {
         const float inv = 1.0f / sum[i];
@@ -187,6 +151,153 @@ void AttentionF32(const AttentionShape& shape, const float* q, const float* k, c
     }
   });
 }
+
+// The fused fp32 kernel, for CPUs whose fp32 products run on RowStableGemm (no AVX-512): the
+// same sums in the same order as RowStableGemm would make them, but with the scores of a group
+// of up to 6 query rows kept in L1 from Q K^T through the softmax to P V, and no operand packed
+// per product. K and V of every kv head are packed once per call into RowStableGemm's panel
+// layout (gpu/cpu/row_stable_gemm.h): K^T as panels of 16 keys [head_dim][16], V as panels of
+// 16 dimensions [keys][16]. A work item is one query tile of every head of one kv head, so a
+// key block is read for all of them while it is in L2.
+namespace fused {
+
+constexpr int64_t kTile = 96;       // query rows per work item
+constexpr int64_t kKeyBlock = 256;  // keys per softmax block
+constexpr int kGroupRows = 6;       // query rows per micro-tile: 12 accumulators
+constexpr int64_t kPanel = cpu::kRowStablePanel;
+
+using cpu::vec8::Load;
+using cpu::vec8::Splat;
+using cpu::vec8::Store;
+using cpu::vec8::V8;
+
+// s[r][0, 16) = scale * sum over d < hd, in order, of q[d][r] * kp[d][0, 16) for R rows of Q
+// packed as q[d * kGroupRows + r]: one FMA chain per score.
+template <int R>
+void ScoreTile(const float* qg, const float* kp, int64_t hd, float scale, float* s, int64_t lds) {
+  V8 acc[R][2] = {};
+  cpu::vec8::PanelChain<R, 1, kGroupRows>(qg, kp, hd, acc);
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    Store(s + r * lds, Splat(scale) * acc[r][0]);
+    Store(s + r * lds + 8, Splat(scale) * acc[r][1]);
+  }
+}
+
+// o[r][0, 16) += sum over j < nb, in order, of p[r][j] * vp[j][0, 16) (the sum made first,
+// from zero, then added): R rows of the block's probabilities p (row stride kKeyBlock), one V
+// panel vp at the block's first key.
+template <int R>
+void ValueTile(const float* p, const float* vp, int64_t nb, float* o, int64_t ldo) {
+  V8 acc[R][2] = {};
+  cpu::vec8::PanelChain<R, kKeyBlock, 1>(p, vp, nb, acc);
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    Store(o + r * ldo, acc[r][0] + Load(o + r * ldo));
+    Store(o + r * ldo + 8, acc[r][1] + Load(o + r * ldo + 8));
+  }
+}
+
+using ScoreFn = void (*)(const float*, const float*, int64_t, float, float*, int64_t);
+using ValueFn = void (*)(const float*, const float*, int64_t, float*, int64_t);
+constexpr ScoreFn kScoreTiles[kGroupRows] = {ScoreTile<1>, ScoreTile<2>, ScoreTile<3>,
+                                             ScoreTile<4>, ScoreTile<5>, ScoreTile<6>};
+constexpr ValueFn kValueTiles[kGroupRows] = {ValueTile<1>, ValueTile<2>, ValueTile<3>,
+                                             ValueTile<4>, ValueTile<5>, ValueTile<6>};
+
+void Attention(const AttentionShape& shape, const float* q, const float* k, const float* v,
+               float* out, std::span<const int64_t> positions) {
+  const auto rows = static_cast<int64_t>(positions.size());
+  const int64_t hd = shape.head_dim, group = shape.heads / shape.kv_heads;
+  const int64_t ldq = shape.heads * hd, ldk = shape.kv_heads * hd;
+  const int64_t hd_panels = (hd + kPanel - 1) / kPanel, ldo = hd_panels * kPanel;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t keys = positions.back() + 1;
+
+  // K and V packed per kv head into the calling thread's buffer, kept between calls (a fresh
+  // one would be mapped and zeroed every time: megabytes at a long prompt).
+  const int64_t k_size = cpu::RowStablePanelElements(keys, hd);
+  const int64_t v_size = cpu::RowStablePanelElements(hd, keys);
+  const int64_t per_head = k_size + v_size;
+  thread_local std::vector<float> kept;
+  if (kept.size() < static_cast<size_t>(shape.kv_heads * per_head)) {
+    kept.resize(static_cast<size_t>(shape.kv_heads * per_head));
+  }
+  float* const packed = kept.data();  // the lambdas run on other threads too: not `kept`
+  cpu::ParallelFor(shape.kv_heads, 1, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      float* dst = packed + g * per_head;
+      cpu::PackRowStablePanelsF32(cpu::Trans::kYes, keys, hd, k + g * hd, ldk, dst);
+      cpu::PackRowStablePanelsF32(cpu::Trans::kNo, hd, keys, v + g * hd, ldk, dst + k_size);
+    }
+  });
+
+  // Items (kv head, tile), the tiles of a kv head in PairedTile's order.
+  const int64_t tiles = (rows + kTile - 1) / kTile;
+  cpu::ParallelFor(shape.kv_heads * tiles, 2, [&](int64_t i0, int64_t i1) {
+    const auto per_item = [&](int64_t n) { return static_cast<size_t>(group * n); };
+    std::vector<float> o(per_item(kTile * ldo)), max(per_item(kTile)), sum(per_item(kTile));
+    std::vector<float> qg(static_cast<size_t>(hd * kGroupRows));
+    std::vector<float> s(static_cast<size_t>(kGroupRows * kKeyBlock));
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t g = item / tiles, t = PairedTile(item % tiles, tiles);
+      const int64_t r0 = t * kTile, tile = std::min(kTile, rows - r0);
+      const int64_t tile_keys = positions[static_cast<size_t>(r0 + tile - 1)] + 1;
+      const float* kh = packed + g * per_head;
+      const float* vh = kh + k_size;
+      std::fill(o.begin(), o.end(), 0.0f);
+      std::fill(max.begin(), max.end(), -std::numeric_limits<float>::infinity());
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      int64_t first = 0;  // the tile's first row that attends the block (rows are sorted)
+      for (int64_t b0 = 0; b0 < tile_keys; b0 += kKeyBlock) {
+        const int64_t nb = std::min(kKeyBlock, tile_keys - b0);
+        while (positions[static_cast<size_t>(r0 + first)] < b0) ++first;
+        for (int64_t hi = 0; hi < group; ++hi) {
+          const int64_t h = g * group + hi;
+          for (int64_t r = first; r < tile; r += kGroupRows) {
+            const auto n_rows = static_cast<int>(std::min<int64_t>(kGroupRows, tile - r));
+            for (int i = 0; i < n_rows; ++i) {
+              const float* src = q + (r0 + r + i) * ldq + h * hd;
+              for (int64_t d = 0; d < hd; ++d) qg[static_cast<size_t>(d * kGroupRows + i)] = src[d];
+            }
+            for (int64_t j = 0; j < nb; j += kPanel) {
+              kScoreTiles[n_rows - 1](qg.data(), kh + (b0 + j) * hd, hd, scale, s.data() + j,
+                                      kKeyBlock);
+            }
+            const int64_t row0 = hi * kTile + r;  // the group's first row in o, max and sum
+            for (int i = 0; i < n_rows; ++i) {
+              float* srow = s.data() + i * kKeyBlock;
+              const int64_t valid = ValidKeys(positions, r0 + r + i, b0, nb);
+              if (valid > 0) {
+                const int64_t ri = row0 + i;
+                const float rescale = SoftmaxStep(srow, valid, &max[ri], &sum[ri]);
+                if (rescale != 1.0f) {
+                  float* oi = o.data() + ri * ldo;
+                  for (int64_t d = 0; d < hd; ++d) oi[d] *= rescale;
+                }
+              }
+              std::fill(srow + valid, srow + nb, 0.0f);
+            }
+            for (int64_t c = 0; c < hd_panels; ++c) {
+              kValueTiles[n_rows - 1](s.data(), vh + (c * keys + b0) * kPanel, nb,
+                                      o.data() + row0 * ldo + c * kPanel, ldo);
+            }
+          }
+        }
+      }
+      for (int64_t hi = 0; hi < group; ++hi) {
+        for (int64_t i = 0; i < tile; ++i) {
+          const int64_t ri = hi * kTile + i;
+          const float inv = 1.0f / sum[static_cast<size_t>(ri)];
+          float* dst = out + (r0 + i) * ldq + (g * group + hi) * hd;
+          for (int64_t d = 0; d < hd; ++d) dst[d] = o[static_cast<size_t>(ri * ldo + d)] * inv;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace fused
 
 #ifdef HYPIC_BF16_ATTENTION
 // GCC 12's AVX-512 headers pass _mm512_undefined_ps() as the unused operand of the unmasked
@@ -600,9 +711,8 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
   const int64_t tiles = (rows + kQTile - 1) / kQTile;
   // An item is one query tile of every head of one kv head: each key block is read from memory
   // once for all of them and stays in cache while they use it (a (head, tile) item streamed the
-  // whole K/V prefix once per query head). Items go kv head by kv head, and within one the
-  // tiles pair first with last (0, T-1, 1, T-2, ...), so equal ranges of items cost about the
-  // same under the causal mask.
+  // whole K/V prefix once per query head). Items go kv head by kv head, and within one in
+  // PairedTile's order.
   cpu::ParallelFor(shape.kv_heads * tiles, 2, [&](int64_t i0, int64_t i1) {
 #ifdef HYPIC_AMX_ATTENTION
     std::optional<ScopedTiles> tiles_held;
@@ -617,8 +727,7 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
     const auto* qp = reinterpret_cast<const Bf16PairAlias*>(q16.data());
     const auto* pp = reinterpret_cast<const Bf16PairAlias*>(p16.data());
     for (int64_t item = i0; item < i1; ++item) {
-      const int64_t g = item / tiles, zig = item % tiles;
-      const int64_t t = zig % 2 == 0 ? zig / 2 : tiles - 1 - zig / 2;
+      const int64_t g = item / tiles, t = PairedTile(item % tiles, tiles);
       const int64_t r0 = t * kQTile, tile = std::min(kQTile, rows - r0);
       const int64_t rows_pad = (tile + group_rows - 1) / group_rows * group_rows;
       for (int64_t hi = 0; hi < group; ++hi) {
@@ -741,7 +850,11 @@ void CausalAttention(const AttentionShape& shape, const float* q, const float* k
 #else
   (void)pack_buffer;
 #endif
-  AttentionF32(shape, q, k, v, out, positions);
+  if (cpu::DescribeGemm().f32_onednn) {
+    AttentionF32(shape, q, k, v, out, positions);
+  } else {
+    fused::Attention(shape, q, k, v, out, positions);
+  }
 }
 
 }  // namespace hypic::model

@@ -196,32 +196,30 @@ TEST_CASE("RowStableGemm: a float64 product's value, a row's bits whatever the c
   }
 }
 
-TEST_CASE("RowStableGemmPrepacked over parts of a packed operand: the plain call's bits") {
-  // Attention's use: K^T packed once, products over blocks of its columns (keys); V packed
-  // once, products over blocks of its rows. hd 40 leaves a part-filled panel.
+TEST_CASE("PackRowStablePanelsF32 lays op(B) out as panels of 16 columns, zero past n") {
+  // The fused attention's K^T (kYes: op(B)[kk][j] = B[j][kk]) and V (kNo); n = 40 leaves a
+  // part-filled panel.
   testing::SeededRng rng(17);
-  constexpr int64_t keys = 100, hd = 40, ld = 56, m = 23;
-  const auto kv = rng.NormalVector(static_cast<size_t>(keys * ld));
-  const auto a = rng.NormalVector(static_cast<size_t>(m * keys));
-  std::vector<float> k_panels(static_cast<size_t>(RowStablePanelElements(keys, hd)), 1e30f);
-  std::vector<float> v_panels(static_cast<size_t>(RowStablePanelElements(hd, keys)), 1e30f);
-  PackRowStablePanelsF32(Trans::kYes, keys, hd, kv.data(), ld, k_panels.data());
-  PackRowStablePanelsF32(Trans::kNo, hd, keys, kv.data(), ld, v_panels.data());
-  for (auto [b0, nb] : {std::pair<int64_t, int64_t>{0, keys}, {32, 50}, {96, 4}}) {
-    INFO("keys [", b0, ", ", b0 + nb, ")");
-    const auto c0 = rng.NormalVector(static_cast<size_t>(m * std::max(nb, hd)));
-    auto want = c0, got = c0;  // scores: a[m, hd] K[b0, b0 + nb)^T
-    RowStableGemm(Trans::kNo, Trans::kYes, m, nb, hd, 0.5f, a.data(), keys, kv.data() + b0 * ld, ld,
-                  0.0f, want.data(), nb);
-    RowStableGemmPrepacked(m, nb, hd, 0.5f, a.data(), keys, k_panels.data() + b0 / 16 * hd * 16,
-                           hd * 16, 0.0f, got.data(), nb);
-    CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
-    want = c0, got = c0;  // accumulation: += a[m, nb] V[b0, b0 + nb)
-    RowStableGemm(Trans::kNo, Trans::kNo, m, hd, nb, 1.0f, a.data(), keys, kv.data() + b0 * ld, ld,
-                  1.0f, want.data(), hd);
-    RowStableGemmPrepacked(m, hd, nb, 1.0f, a.data(), keys, v_panels.data() + b0 * 16, keys * 16,
-                           1.0f, got.data(), hd);
-    CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+  constexpr int64_t rows = 100, cols = 40, ld = 56;
+  const auto b = rng.NormalVector(static_cast<size_t>(rows * ld));
+  for (Trans tb : {Trans::kYes, Trans::kNo}) {
+    const int64_t n = tb == Trans::kYes ? rows : cols, k = tb == Trans::kYes ? cols : rows;
+    CAPTURE(n);
+    std::vector<float> panels(static_cast<size_t>(RowStablePanelElements(n, k)), 1e30f);
+    REQUIRE(panels.size() == static_cast<size_t>((n + 15) / 16 * 16 * k));
+    PackRowStablePanelsF32(tb, n, k, b.data(), ld, panels.data());
+    int64_t wrong = 0;
+    for (int64_t p = 0; p * 16 < n; ++p) {
+      for (int64_t kk = 0; kk < k; ++kk) {
+        for (int64_t j = 0; j < 16; ++j) {
+          const int64_t col = p * 16 + j;
+          const float want =
+              col >= n ? 0.0f : (tb == Trans::kYes ? b[col * ld + kk] : b[kk * ld + col]);
+          wrong += panels[static_cast<size_t>((p * k + kk) * 16 + j)] != want;
+        }
+      }
+    }
+    CHECK(wrong == 0);
   }
 }
 
