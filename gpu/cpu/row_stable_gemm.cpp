@@ -207,27 +207,36 @@ void Multiply(const float* ap, const Panels& b, int64_t m, int64_t n, int64_t k,
   const int64_t panels = (n + kPanel - 1) / kPanel;
   // Rows [r0, r1) x panels [p0, p1): per row block, the partial sums in the thread's buffer
   // through every depth block, then alpha and beta applied once.
+  // C = A op(B) over whole panels (the projections' usual call) keeps its partial sums in C
+  // itself: alpha s is s then, bit for bit, and the pass that copies the sums out goes.
+  const bool sums_in_c = alpha == 1.0f && beta == 0.0f && n % kPanel == 0;
   auto work = [&](int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
-    std::vector<float>& sums_kept = SumBuffer();
     const int64_t width = (p1 - p0) * kPanel;
-    if (sums_kept.size() < static_cast<size_t>(kRowBlock * width)) {
-      sums_kept.resize(static_cast<size_t>(kRowBlock * width));
+    float* sums = nullptr;
+    if (!sums_in_c) {
+      std::vector<float>& sums_kept = SumBuffer();
+      if (sums_kept.size() < static_cast<size_t>(kRowBlock * width)) {
+        sums_kept.resize(static_cast<size_t>(kRowBlock * width));
+      }
+      sums = sums_kept.data();
     }
-    float* const sums = sums_kept.data();
     for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
       const int64_t rows = std::min(kRowBlock, r1 - rb);
+      float* const t0 = sums_in_c ? c + rb * ldc + p0 * kPanel : sums;
+      const int64_t ldt = sums_in_c ? ldc : width;
       for (int64_t k0 = 0; k0 < k; k0 += kDepthBlock) {
         const int64_t depth = std::min(kDepthBlock, k - k0);
         for (int64_t p = p0; p < p1; ++p) {
           const float* panel = b.Block(p, k0, depth);
-          float* t = sums + (p - p0) * kPanel;
+          float* t = t0 + (p - p0) * kPanel;
           for (int64_t r = 0; r < rows; r += kTileRows) {
             const auto tile_rows = static_cast<int>(std::min<int64_t>(kTileRows, rows - r));
             kTiles[tile_rows - 1](ap + ((rb + r) / kTileRows * k + k0) * kTileRows, panel, depth,
-                                  k0 == 0, t + r * width, width);
+                                  k0 == 0, t + r * ldt, ldt);
           }
         }
       }
+      if (sums_in_c) continue;
       const int64_t j0 = p0 * kPanel, j1 = std::min(n, p1 * kPanel);
       for (int64_t r = 0; r < rows; ++r) {
         const float* s = sums + r * width - j0;

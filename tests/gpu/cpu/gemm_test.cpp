@@ -156,6 +156,7 @@ TEST_CASE("RowStableGemm: a float64 product's value, a row's bits whatever the c
       for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
                              {7, 17, 255},
                              {50, 40, 257},
+                             {61, 96, 513},
                              {101, 136, 600}}) {
         for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, {0.125f, 0.5f}}) {
           const auto [p, a, b, c0] = MakeStrided(rng, ta, tb, m, n, k, alpha, beta);
@@ -193,6 +194,28 @@ TEST_CASE("RowStableGemm: a float64 product's value, a row's bits whatever the c
         }
       }
     }
+  }
+}
+
+TEST_CASE("RowStableGemm: a column's bits do not depend on the call's other columns") {
+  // C = A B over whole 16-column panels keeps its partial sums in C itself; one more column
+  // takes the buffer path. Both give the same bits for the shared columns, and C's columns
+  // past n are not touched.
+  testing::SeededRng rng(19);
+  constexpr int64_t m = 53, n = 64, k = 300, ldb = n + 1, ldc = n + 7;
+  const auto a = rng.NormalVector(static_cast<size_t>(m * k));
+  const auto b = rng.NormalVector(static_cast<size_t>(k * ldb));
+  const auto c0 = rng.NormalVector(static_cast<size_t>(m * ldc));
+  auto whole = c0, wider = c0;
+  RowStableGemm(Trans::kNo, Trans::kNo, m, n, k, 1.0f, a.data(), k, b.data(), ldb, 0.0f,
+                whole.data(), ldc);
+  RowStableGemm(Trans::kNo, Trans::kNo, m, n + 1, k, 1.0f, a.data(), k, b.data(), ldb, 0.0f,
+                wider.data(), ldc);
+  for (int64_t r = 0; r < m; ++r) {
+    CAPTURE(r);
+    CHECK(std::memcmp(whole.data() + r * ldc, wider.data() + r * ldc, n * sizeof(float)) == 0);
+    CHECK(std::memcmp(whole.data() + r * ldc + n, c0.data() + r * ldc + n,
+                      (ldc - n) * sizeof(float)) == 0);
   }
 }
 
