@@ -66,6 +66,62 @@ inline float Widen(uint16_t x) {
   return f;
 }
 
+// fp32 rounded to bf16 (core/dtype.h's F32ToBf16: nearest even, NaN kept quiet) and widened
+// back, on one value or on 8 lanes with the same bits.
+inline float RoundToBf16(float x) { return Widen(F32ToBf16(x)); }
+inline V8 RoundToBf16(V8 x) {
+  vec8::U8 u;
+  __builtin_memcpy(&u, &x, sizeof u);
+  const vec8::U8 nearest = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const vec8::U8 quiet_nan = (u & 0xffff0000u) | 0x00400000u;
+  u = (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest;
+  V8 y;
+  __builtin_memcpy(&y, &u, sizeof y);
+  return y;
+}
+inline V8 Widen(V8 x) { return x; }
+
+#if defined(__AVX__)
+// One whole tile of PackA from fp32 rows (row stride lda): dst[kk * kTileRows + r] =
+// convert(src[r * lda + kk]), 8 columns at a time, the 6 x 8 block converted in 8 lanes and
+// transposed in registers (two zero rows make it 8 x 8), its columns stored over each other's
+// two spare lanes (the last one masked: the next tile may be another thread's).
+template <typename Convert>
+void PackTileRows(const float* src, int64_t lda, int64_t k, float* dst, Convert convert) {
+  static_assert(kTileRows == 6, "a 6 x 8 block in an 8 x 8 transpose");
+  const __m256i first6 = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+  int64_t kk = 0;
+  for (; kk + 8 <= k; kk += 8) {
+    __m256 r[8];
+    for (int i = 0; i < kTileRows; ++i) r[i] = convert(Load(src + i * lda + kk));
+    r[6] = r[7] = _mm256_setzero_ps();
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; ++i) {  // rows 4i..4i+3, two columns per 128-bit half
+      u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+      u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+      u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+      u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    float* out = dst + kk * kTileRows;
+    for (int j = 0; j < 4; ++j) {  // column j from the low halves, column j + 4 from the high
+      const __m256 lo = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+      _mm256_storeu_ps(out + j * kTileRows, lo);
+    }
+    for (int j = 0; j < 3; ++j) {
+      _mm256_storeu_ps(out + (4 + j) * kTileRows, _mm256_permute2f128_ps(u[j], u[4 + j], 0x31));
+    }
+    _mm256_maskstore_ps(out + 7 * kTileRows, first6, _mm256_permute2f128_ps(u[3], u[7], 0x31));
+  }
+  for (; kk < k; ++kk) {
+    for (int i = 0; i < kTileRows; ++i) dst[kk * kTileRows + i] = convert(src[i * lda + kk]);
+  }
+}
+#endif
+
 using TileFn = void (*)(const float*, const float*, int64_t, bool, float*, int64_t);
 constexpr TileFn kTiles[kTileRows] = {Tile<1>, Tile<2>, Tile<3>, Tile<4>, Tile<5>, Tile<6>};
 
@@ -90,9 +146,10 @@ void ScaleOnly(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
   }
 }
 
-// op(A) [m, k], of element type TA, converted to fp32 by `convert` (Widen, or a rounding to
-// bf16) into the caller's buffer by tiles of kTileRows rows, each tile's column kk contiguous
-// (a tile's broadcasts then read one stream): ap[(tile * k + kk) * kTileRows + r].
+// op(A) [m, k], of element type TA, converted to fp32 by `convert` (Widen, or RoundToBf16; for
+// one value and, with fp32 rows, for 8 lanes) into the caller's buffer by tiles of kTileRows rows,
+// each tile's column kk contiguous (a tile's broadcasts then read one stream): ap[(tile * k + kk) *
+// kTileRows + r].
 template <typename TA, typename Convert>
 const float* PackA(Trans ta, int64_t m, int64_t k, const TA* a, int64_t lda, Convert convert) {
   const int64_t tiles = (m + kTileRows - 1) / kTileRows;
@@ -107,6 +164,14 @@ const float* PackA(Trans ta, int64_t m, int64_t k, const TA* a, int64_t lda, Con
                 for (int64_t tile = t0; tile < t1; ++tile) {
                   float* dst = ap + tile * k * kTileRows;
                   const int64_t rows = std::min<int64_t>(kTileRows, m - tile * kTileRows);
+#if defined(__AVX__)
+                  if constexpr (std::is_same_v<TA, float>) {
+                    if (ta == Trans::kNo && rows == kTileRows) {
+                      PackTileRows(a + tile * kTileRows * lda, lda, k, dst, convert);
+                      continue;
+                    }
+                  }
+#endif
                   for (int64_t r = 0; r < rows; ++r) {
                     const int64_t row = tile * kTileRows + r;
                     if (ta == Trans::kNo) {
@@ -267,7 +332,7 @@ void Product(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, c
   if (m <= 0 || n <= 0) return;
   if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
   const float* bp = PackB(tb, n, k, b, ldb);
-  const float* ap = PackA(ta, m, k, a, lda, [](TA x) { return Widen(x); });
+  const float* ap = PackA(ta, m, k, a, lda, [](auto x) { return Widen(x); });
   Multiply(ap, F32Panels{bp, k * kPanel}, m, n, k, alpha, beta, c, ldc);
 }
 
@@ -336,7 +401,7 @@ void RowStableGemmPanelsRoundingA(int64_t m, int64_t n, int64_t k, float alpha, 
                                   int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
-  const float* ap = PackA(Trans::kNo, m, k, a, lda, [](float x) { return Widen(F32ToBf16(x)); });
+  const float* ap = PackA(Trans::kNo, m, k, a, lda, [](auto x) { return RoundToBf16(x); });
   PanelsProduct(ap, m, n, k, alpha, panels, beta, c, ldc);
 }
 

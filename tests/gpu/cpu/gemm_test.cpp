@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <thread>
 #include <tuple>
@@ -304,6 +305,29 @@ TEST_CASE("a packed bf16 weight gives the plain layout's product and unpacks exa
       }
     }
   }
+}
+
+TEST_CASE("rounding A inside the product rounds as F32ToBf16: ties to even, carries") {
+  // W = I, so C is the rounded A itself (normal values: a ParallelFor flushes subnormals); 12 rows
+  // (two whole 6-row tiles, the 8-lane path) and 20 columns (a tail of 4).
+  constexpr int64_t m = 12, n = 20, k = 20;
+  const uint32_t patterns[] = {0x3F808000u, 0x3F818000u, 0x3FFFFFFFu, 0xBFFFFFFFu, 0x40008000u,
+                               0x40018000u, 0x7F7E7FFFu, 0x3F800001u, 0x3F807FFFu, 0xC2F6E979u};
+  std::vector<float> a(static_cast<size_t>(m * k));
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = F32FromBits(patterns[i % std::size(patterns)] + static_cast<uint32_t>(i / 97));
+  }
+  std::vector<uint16_t> identity(static_cast<size_t>(n * k), 0);
+  for (int64_t i = 0; i < n; ++i) identity[static_cast<size_t>(i * k + i)] = F32ToBf16(1.0f);
+  std::vector<uint16_t> panels(static_cast<size_t>(RowStablePanelElements(n, k)));
+  PackRowStablePanels(identity.data(), n, k, panels.data());
+  std::vector<float> c(static_cast<size_t>(m * n), -1.0f);
+  RowStableGemmPanelsRoundingA(m, n, k, 1.0f, a.data(), k, panels.data(), 0.0f, c.data(), n);
+  int64_t wrong = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    wrong += F32Bits(c[i]) != F32Bits(Bf16ToF32(F32ToBf16(a[i])));
+  }
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("k = 0 scales C by beta; empty products touch nothing") {
