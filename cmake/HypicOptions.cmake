@@ -42,19 +42,20 @@ endif()
 # An AddressSanitizer build compiles at -O1 (ASan's advice), ~45% faster than -O2 -g
 # (server/server.cpp: 91 s -> 49 s); CI's budget is mostly compile time (docs/operations-server.md,
 # "CI time budget").
-if(HYPIC_DEBUG_INFO STREQUAL "lines")
+# Replaces the flag `from` by `to` in the C and C++ RelWithDebInfo flags.
+macro(hypic_replace_relwithdebinfo_flag from to)
   foreach(_lang C CXX)
-    string(REGEX REPLACE "(^| )-g( |$)" "\\1-g1\\2" CMAKE_${_lang}_FLAGS_RELWITHDEBINFO
+    string(REGEX REPLACE "(^| )${from}( |$)" "\\1${to}\\2" CMAKE_${_lang}_FLAGS_RELWITHDEBINFO
                          "${CMAKE_${_lang}_FLAGS_RELWITHDEBINFO}")
   endforeach()
+endmacro()
+if(HYPIC_DEBUG_INFO STREQUAL "lines")
+  hypic_replace_relwithdebinfo_flag(-g -g1)
 elseif(NOT HYPIC_DEBUG_INFO STREQUAL "full")
   message(FATAL_ERROR "HYPIC_DEBUG_INFO must be lines or full, not '${HYPIC_DEBUG_INFO}'")
 endif()
 if(HYPIC_SANITIZE MATCHES "address")
-  foreach(_lang C CXX)
-    string(REGEX REPLACE "(^| )-O2( |$)" "\\1-O1\\2" CMAKE_${_lang}_FLAGS_RELWITHDEBINFO
-                         "${CMAKE_${_lang}_FLAGS_RELWITHDEBINFO}")
-  endforeach()
+  hypic_replace_relwithdebinfo_flag(-O2 -O1)
 endif()
 
 set(HYPIC_SANITIZE_FLAGS "")
