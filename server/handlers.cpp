@@ -546,18 +546,26 @@ SegmentKey Handlers::KeyOf(const std::string& name_space, uint32_t seam_w,
 }
 
 Result<Handlers::EntryPtr> Handlers::Lookup(const SegmentKey& key, protocol::Tier* tier,
-                                            const std::string* only_namespace) {
+                                            const std::string* only_namespace, Reader reader) {
   auto probe =
       store_.Probe(std::span<const SegmentKey>(&key, 1), /*pin_hits=*/false, only_namespace);
   if (!probe.tiers[0]) return EntryPtr();
-  auto handle = store_.Get(key, storage::Access::kHostBytes);
+  // A pass on a CUDA device reads the entry where the HBM tier holds it on that device (made
+  // there now if it is only in host RAM or on SSD); a CPU pass reads host bytes, verified.
+  const bool on_device =
+      reader == Reader::kCombinePass && combine_device_.kind == gpu::BackendKind::kCuda;
+  auto handle = store_.Get(key, on_device ? storage::Access::kDevice : storage::Access::kHostBytes);
   if (!handle.ok()) {
     if (handle.status().code() == StatusCode::kNotFound) return EntryPtr();  // raced an evict
     return handle.status();
   }
   *tier = WireTier(*probe.tiers[0]);
-  HYPIC_ASSIGN_OR_RETURN(EntryPtr entry, storage::ParseView((*handle)->host, *handle));
-  return entry;
+  if ((*handle)->device != nullptr && (*handle)->device->device() != combine_device_.index) {
+    // Another device's copy (not one this daemon makes): read back to the host, verified.
+    HYPIC_ASSIGN_OR_RETURN(auto bytes, storage::CopyToHost(**handle));
+    return storage::Parse(std::move(bytes));
+  }
+  return storage::ParseHandle(*handle);
 }
 
 protocol::Tier Handlers::StoredTier(const SegmentKey& key) {
@@ -713,7 +721,8 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
     if (p.kind == protocol::PartKind::kSegmentKey) {
       // Named by key: the tokens come from the stored entry (one of this tenant's).
       SegmentKey key(p.key);
-      HYPIC_ASSIGN_OR_RETURN(EntryPtr entry, Lookup(key, &pr.tier, BoundNamespace(req)));
+      HYPIC_ASSIGN_OR_RETURN(EntryPtr entry,
+                             Lookup(key, &pr.tier, BoundNamespace(req), Reader::kCombinePass));
       if (!entry) return NotFound(fmt::format("COMPOSE part {}: no entry {}", i, key.ToHex()));
       if (entry->meta().settings.seam_w != seam) {
         return BadRequest(fmt::format("COMPOSE part {}: entry has seam {} but the request uses {}",
@@ -737,7 +746,7 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
       pr.key = key.hash();
       if (cached_mode && p.tokens.size() > seam) {
         // A miss stays without an entry: ColdCompose scatters the misses to the workers.
-        HYPIC_ASSIGN_OR_RETURN(mp.entry, Lookup(key, &pr.tier));
+        HYPIC_ASSIGN_OR_RETURN(mp.entry, Lookup(key, &pr.tier, nullptr, Reader::kCombinePass));
         pr.outcome = mp.entry ? protocol::PartOutcome::kHit : protocol::PartOutcome::kMiss;
         probe_us += Micros(Clock::now() - t0);
       } else {

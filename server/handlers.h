@@ -141,10 +141,14 @@ class Handlers {
   model::SegmentOptions SegmentOptionsOf(const std::string& name_space, uint32_t seam_w) const;
   SegmentKey KeyOf(const std::string& name_space, uint32_t seam_w,
                    std::span<const uint32_t> tokens) const;
+  // Who reads a looked-up entry: host code (its bytes, verified), or a pass on the combine
+  // device (on a CUDA combine device: the HBM tier's copy in place, tier.h's ParseHandle).
+  enum class Reader : uint8_t { kHost, kCombinePass };
   // The stored entry of `key` (parsed and verified), or nullptr on a miss (a key of another
   // namespace than `only_namespace`, when given, is one); `tier` gets where.
   Result<EntryPtr> Lookup(const SegmentKey& key, protocol::Tier* tier,
-                          const std::string* only_namespace = nullptr);
+                          const std::string* only_namespace = nullptr,
+                          Reader reader = Reader::kHost);
   // Where `key` is stored now (kNone when it is not).
   protocol::Tier StoredTier(const SegmentKey& key);
 

@@ -122,52 +122,9 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
       c.max_pending_request_bytes,
       [metrics_ptr](int64_t delta) { metrics_ptr->AddPendingRequestBytes(delta); });
 
-  // The store: HBM (CUDA only) -> host RAM -> SSD, each present when its capacity is > 0.
-  gpu::Backend* cuda = gpu::FindBackend(gpu::BackendKind::kCuda);
-  std::unique_ptr<storage::Tier> hbm, host, ssd;
-  if (cuda != nullptr && c.hbm_capacity.value_or(0) > 0) {
-    auto tier = storage::HbmTier::Create(*cuda, 0, *c.hbm_capacity);
-    if (!tier.ok()) return tier.status().WithContext("config key 'hbm_capacity'");
-    hbm = std::move(tier).value();
-  }
-  if (c.ram_capacity.value_or(0) > 0) {
-    host = std::make_unique<storage::HostTier>(*c.ram_capacity, cuda);
-  }
-  if (c.ssd_capacity.value_or(0) > 0) {
-    storage::RocksTierOptions ro;
-    ro.path = (fs::path(c.data_dir) / "ssd").string();
-    ro.capacity = *c.ssd_capacity;
-    auto tier = storage::RocksTier::Open(ro);
-    if (!tier.ok()) return tier.status().WithContext("config key 'ssd_capacity' (SSD tier)");
-    ssd = std::move(tier).value();
-  }
-  if (!hbm && !host && !ssd) {
-    return BadRequest(
-        "config key 'ram_capacity': every tier has capacity 0; nothing can be cached");
-  }
-  storage::TierManagerOptions so;
-  so.policy = c.eviction_policy == "cost" ? storage::EvictionPolicy::kCostAware
-                                          : storage::EvictionPolicy::kLru;
-  if (!host) so.placement = hbm ? storage::TierKind::kHbm : storage::TierKind::kSsd;
-  std::unique_ptr<storage::RemoteTier> remote;
-  if (!c.remote_store.empty()) {
-    storage::RedisTierOptions ro;
-    ro.address = *storage::ParseRedisUrl(c.remote_store);  // checked by config::Load
-    ro.prefix = c.remote_prefix;
-    ro.chunk_bytes = c.remote_chunk_bytes;
-    ro.connect_timeout = ro.command_timeout = std::chrono::milliseconds(c.remote_timeout_ms);
-    auto tier = storage::RedisTier::Create(ro);
-    if (!tier.ok()) return tier.status().WithContext("config key 'remote_store'");
-    remote = std::move(tier).value();
-    so.remote_min_tokens = c.remote_min_tokens;
-  }
-  auto store = storage::TierManager::Create(so, std::move(hbm), std::move(host), std::move(ssd),
-                                            std::move(remote));
-  if (!store.ok()) return store.status().WithContext("opening the store");
-  s->store_ = std::move(store).value();
-
+  // The model first: the HBM tier is sized beside its weights.
+  const auto t0 = std::chrono::steady_clock::now();
   if (c.model != "none") {
-    auto t0 = std::chrono::steady_clock::now();
     HYPIC_LOG_INFO("gemm: {}", cpu::GemmSummary());
     const model::ReadOptions read{.weights = *model::ParseWeightsDType(c.weights_dtype),
                                   .cuda_tf32 = c.cuda_tf32};
@@ -187,14 +144,89 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
                    model::AttentionKernelName(s->model_->config().head_dim,
                                               s->model_->weights_dtype() == DType::kBF16),
                    s->model_->config().head_dim);
-    // Devices: each resolved CUDA device is a prefill worker and the first one runs the
-    // request threads' passes; without one (devices = cpu, or auto on a machine or build
-    // without CUDA) the pool is CPU workers, exactly the CPU-only daemon.
-    HYPIC_ASSIGN_OR_RETURN(runtime::DeviceSelection selection,
-                           runtime::DeviceSelection::Parse(c.devices));
-    const int visible = cuda != nullptr && model::CudaModelKernelsBuilt() ? cuda->DeviceCount() : 0;
-    auto gpus = runtime::ResolveCudaDevices(selection, visible);
-    if (!gpus.ok()) return gpus.status().WithContext("config key 'devices'");
+  }
+
+  // Devices: each resolved CUDA device is a prefill worker and the first one runs the request
+  // threads' passes (the combine); without one (devices = cpu, or auto on a machine or build
+  // without CUDA) the pool is CPU workers, exactly the CPU-only daemon.
+  gpu::Backend* cuda = gpu::FindBackend(gpu::BackendKind::kCuda);
+  HYPIC_ASSIGN_OR_RETURN(runtime::DeviceSelection selection,
+                         runtime::DeviceSelection::Parse(c.devices));
+  const int visible = cuda != nullptr && model::CudaModelKernelsBuilt() ? cuda->DeviceCount() : 0;
+  auto gpus = runtime::ResolveCudaDevices(selection, visible);
+  if (!gpus.ok()) return gpus.status().WithContext("config key 'devices'");
+  const bool compute_on_gpus = c.model != "none" && !gpus->empty();
+
+  // The store: HBM -> host RAM -> SSD, each present when its capacity is > 0. The HBM tier is
+  // on the combine device, where a COMPOSE reads its entries in place, and new entries go there
+  // first (evicted ones move down to host RAM, then SSD). A daemon that composes on the CPU
+  // keeps no HBM tier: its device copies would only be copied back for every read.
+  std::unique_ptr<storage::Tier> hbm, host, ssd;
+  if (c.hbm_capacity.value_or(0) > 0 && compute_on_gpus) {
+    // At most half of what the combine device has free beside the model's weights (uploaded at
+    // its first pass): the other half is the passes' working memory.
+    uint64_t capacity = *c.hbm_capacity;
+    auto info = cuda->QueryDevice(gpus->front());
+    const uint64_t weights = s->model_->resident_weight_bytes();
+    const uint64_t room =
+        info.ok() && info->free_memory > weights ? (info->free_memory - weights) / 2 : 0;
+    if (capacity > room) {
+      HYPIC_LOG_WARN(
+          "config key 'hbm_capacity': {:.1f} MiB do not fit beside the model on cuda:{}; the "
+          "hbm tier takes {:.1f} MiB (half of the free memory the weights leave)",
+          capacity / 1048576.0, gpus->front(), room / 1048576.0);
+      capacity = room;
+    }
+    if (capacity > 0) {
+      auto tier = storage::HbmTier::Create(*cuda, gpus->front(), capacity);
+      if (!tier.ok()) return tier.status().WithContext("config key 'hbm_capacity'");
+      hbm = std::move(tier).value();
+      HYPIC_LOG_INFO("store: hbm tier of {:.1f} MiB on cuda:{}", capacity / 1048576.0,
+                     gpus->front());
+    }
+  } else if (c.hbm_capacity.value_or(0) > 0) {
+    HYPIC_LOG_WARN("config key 'hbm_capacity' ignored: this daemon composes on the CPU ({})",
+                   c.model == "none" ? "model none" : "no CUDA device selected");
+  }
+  if (c.ram_capacity.value_or(0) > 0) {
+    host = std::make_unique<storage::HostTier>(*c.ram_capacity, cuda);
+  }
+  if (c.ssd_capacity.value_or(0) > 0) {
+    storage::RocksTierOptions ro;
+    ro.path = (fs::path(c.data_dir) / "ssd").string();
+    ro.capacity = *c.ssd_capacity;
+    auto tier = storage::RocksTier::Open(ro);
+    if (!tier.ok()) return tier.status().WithContext("config key 'ssd_capacity' (SSD tier)");
+    ssd = std::move(tier).value();
+  }
+  if (!hbm && !host && !ssd) {
+    return BadRequest(
+        "config key 'ram_capacity': every tier has capacity 0; nothing can be cached");
+  }
+  storage::TierManagerOptions so;
+  so.policy = c.eviction_policy == "cost" ? storage::EvictionPolicy::kCostAware
+                                          : storage::EvictionPolicy::kLru;
+  so.placement = hbm    ? storage::TierKind::kHbm
+                 : host ? storage::TierKind::kHost
+                        : storage::TierKind::kSsd;
+  std::unique_ptr<storage::RemoteTier> remote;
+  if (!c.remote_store.empty()) {
+    storage::RedisTierOptions ro;
+    ro.address = *storage::ParseRedisUrl(c.remote_store);  // checked by config::Load
+    ro.prefix = c.remote_prefix;
+    ro.chunk_bytes = c.remote_chunk_bytes;
+    ro.connect_timeout = ro.command_timeout = std::chrono::milliseconds(c.remote_timeout_ms);
+    auto tier = storage::RedisTier::Create(ro);
+    if (!tier.ok()) return tier.status().WithContext("config key 'remote_store'");
+    remote = std::move(tier).value();
+    so.remote_min_tokens = c.remote_min_tokens;
+  }
+  auto store = storage::TierManager::Create(so, std::move(hbm), std::move(host), std::move(ssd),
+                                            std::move(remote));
+  if (!store.ok()) return store.status().WithContext("opening the store");
+  s->store_ = std::move(store).value();
+
+  if (c.model != "none") {
     runtime::PoolOptions po;
     if (gpus->empty()) {
       po.kind = gpu::BackendKind::kCpu;

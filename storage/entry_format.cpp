@@ -380,15 +380,36 @@ Result<std::shared_ptr<const SegmentEntry>> Parse(std::shared_ptr<const HostBuff
   return ParseView(span, std::move(bytes));
 }
 
-Result<std::shared_ptr<const SegmentEntry>> ParseView(std::span<const std::byte> bytes,
-                                                      std::shared_ptr<const void> owner) {
+namespace {
+
+// Where the tensor data of an entry being parsed is. For host bytes, `bytes` is the whole entry
+// and every data check runs (per-tensor checksums, the padding between tensors, the trailer's
+// place). For a device copy, `bytes` is the host copy of the prefix through the tensor table
+// (header, namespace, tokens, table), the data are at `device_data` in `memory` of `device`,
+// and only what the prefix holds is checked: the data were verified before they were copied.
+struct TensorData {
+  const std::byte* device_data = nullptr;  // null: the data are in `bytes`
+  MemoryKind memory = MemoryKind::kHost;
+  int device = 0;
+};
+
+Result<std::shared_ptr<const SegmentEntry>> ParseEntry(std::span<const std::byte> bytes,
+                                                       const TensorData& where,
+                                                       std::shared_ptr<const void> owner) {
+  const bool host_data = where.device_data == nullptr;
   if (reinterpret_cast<uintptr_t>(bytes.data()) % 8 != 0) {
     return Corruption("entry bytes are not 8-byte aligned in memory");
   }
-  HYPIC_ASSIGN_OR_RETURN(Header h, DecodeHeader(bytes, /*need_whole_entry=*/true));
-  HYPIC_RETURN_IF_ERROR(CheckTrailer(bytes));
+  HYPIC_ASSIGN_OR_RETURN(Header h, DecodeHeader(bytes, /*need_whole_entry=*/host_data));
+  if (host_data) {
+    HYPIC_RETURN_IF_ERROR(CheckTrailer(bytes));
+  } else if (bytes.size() != h.data_offset) {
+    return Corruption(fmt::format("entry prefix of {} bytes does not end where its data start ({})",
+                                  bytes.size(), h.data_offset));
+  }
   const EntryInfo& info = h.info;
   const std::byte* p = bytes.data();
+  const std::byte* data = host_data ? p : where.device_data;
   const uint32_t ns_len = static_cast<uint32_t>(info.name_space.size());
   Layout l = ComputeLayout(ns_len, info.n_tokens, info.tensor_count);
   const uint64_t trailer = info.bytes - kEntryTrailerSize;
@@ -454,19 +475,42 @@ Result<std::shared_ptr<const SegmentEntry>> ParseView(std::span<const std::byte>
     if (offset != expected_offset || offset > trailer || length > trailer - offset) {
       return Corruption(fmt::format("entry tensor {}: offset or length out of place", i));
     }
-    if (!AllZero(p + cursor, offset - cursor)) return Corruption("entry padding is not zero");
-    if (Load<uint64_t>(rec + kRecChecksum) != Xxh3_64(p + offset, length)) {
-      return BadChecksum(fmt::format("entry tensor {} (layer {} {}) checksum mismatch", i, layer,
-                                     TensorKindName(static_cast<TensorKind>(kind))));
+    if (host_data) {
+      if (!AllZero(p + cursor, offset - cursor)) return Corruption("entry padding is not zero");
+      if (Load<uint64_t>(rec + kRecChecksum) != Xxh3_64(p + offset, length)) {
+        return BadChecksum(fmt::format("entry tensor {} (layer {} {}) checksum mismatch", i, layer,
+                                       TensorKindName(static_cast<TensorKind>(kind))));
+      }
     }
-    TensorView view(const_cast<std::byte*>(p + offset), static_cast<DType>(dtype), shape);
+    TensorView view(const_cast<std::byte*>(data + offset), static_cast<DType>(dtype), shape,
+                    where.memory, where.device);
     HYPIC_RETURN_IF_ERROR(entry->AddView(layer, static_cast<TensorKind>(kind), view, owner));
     cursor = offset + length;
   }
-  if (AlignUp(cursor, 8) != trailer || !AllZero(p + cursor, trailer - cursor)) {
+  if (AlignUp(cursor, 8) != trailer || (host_data && !AllZero(p + cursor, trailer - cursor))) {
     return Corruption("entry data does not end at its trailer");
   }
   return std::shared_ptr<const SegmentEntry>(std::move(entry));
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const SegmentEntry>> ParseView(std::span<const std::byte> bytes,
+                                                      std::shared_ptr<const void> owner) {
+  return ParseEntry(bytes, TensorData{}, std::move(owner));
+}
+
+Result<uint64_t> EntryDataOffset(std::span<const std::byte> prefix) {
+  HYPIC_ASSIGN_OR_RETURN(Header h, DecodeHeader(prefix, /*need_whole_entry=*/false));
+  return h.data_offset;
+}
+
+Result<std::shared_ptr<const SegmentEntry>> ParseDeviceView(std::span<const std::byte> prefix,
+                                                            const std::byte* data,
+                                                            MemoryKind memory, int device,
+                                                            std::shared_ptr<const void> owner) {
+  if (data == nullptr) return BadRequest("ParseDeviceView without the entry's data");
+  return ParseEntry(prefix, TensorData{data, memory, device}, std::move(owner));
 }
 
 }  // namespace hypic::storage

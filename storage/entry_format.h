@@ -73,6 +73,22 @@ Result<std::shared_ptr<const SegmentEntry>> Parse(std::shared_ptr<const HostBuff
 Result<std::shared_ptr<const SegmentEntry>> ParseView(std::span<const std::byte> bytes,
                                                       std::shared_ptr<const void> owner);
 
+// The offset where an entry's tensor data start: the length of the prefix (header, namespace,
+// tokens, tensor table) that ParseDeviceView reads. Needs at least the header and namespace.
+Result<uint64_t> EntryDataOffset(std::span<const std::byte> prefix);
+
+// Parses an entry whose bytes were copied to a device (the HBM tier): `prefix` is a host copy
+// of its first EntryDataOffset bytes, and `data` is where the entry's first byte is in the
+// device's memory, so tensor i is at data + its offset, a view of kind `memory` on `device`.
+// Everything the prefix holds is validated as Parse does (caps, header checksum, layout, the
+// table's offsets and lengths within the declared size, zero padding, the key); the tensor
+// data are not read: the caller verified the whole entry before copying it (Verify or Parse).
+// REQUIRES: `owner` keeps the prefix and the device copy alive; the prefix is 8-byte aligned.
+Result<std::shared_ptr<const SegmentEntry>> ParseDeviceView(std::span<const std::byte> prefix,
+                                                            const std::byte* data,
+                                                            MemoryKind memory, int device,
+                                                            std::shared_ptr<const void> owner);
+
 // Checksum-only re-verification: magic, version, header checksum, declared size, whole-entry
 // checksum. One pass over the bytes.
 Status Verify(std::span<const std::byte> bytes);

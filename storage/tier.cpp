@@ -27,6 +27,13 @@ Result<EntryHandle> MakeHostHandle(std::shared_ptr<const HostBuffer> bytes) {
   return EntryHandle(std::move(e));
 }
 
+Result<std::shared_ptr<const SegmentEntry>> ParseHandle(const EntryHandle& handle) {
+  if (handle == nullptr) return BadRequest("null entry handle");
+  if (handle->device == nullptr) return ParseView(handle->host, handle);
+  return ParseDeviceView(handle->device_prefix, handle->device_data, handle->device->memory(),
+                         handle->device->device(), handle);
+}
+
 Result<std::shared_ptr<const HostBuffer>> CopyToHost(const TierEntry& entry) {
   const uint64_t n = entry.info.bytes;
   HYPIC_ASSIGN_OR_RETURN(HostBuffer out, HostBuffer::Allocate(n));

@@ -45,6 +45,10 @@ struct TierEntry {
   // Device copy (HBM tier), or nullptr. `backend` copies it back (CopyToHost).
   const gpu::Buffer* device = nullptr;
   gpu::Backend* backend = nullptr;
+  // With a device copy: a host copy of the entry's prefix (header through tensor table,
+  // EntryDataOffset bytes) and the copy's first byte in device memory, for ParseHandle.
+  std::span<const std::byte> device_prefix;
+  const std::byte* device_data = nullptr;
   // Keeps the memory above alive; shared with every handle.
   std::shared_ptr<const void> owner;
 };
@@ -60,6 +64,11 @@ Result<EntryHandle> MakeHostHandle(std::shared_ptr<const HostBuffer> bytes);
 // Copies a handle's bytes into fresh host memory and verifies them (Verify). For device
 // handles this is the device-to-host copy; for host handles a plain copy.
 Result<std::shared_ptr<const HostBuffer>> CopyToHost(const TierEntry& entry);
+
+// The entry a handle holds: parsed and fully verified from its host bytes (ParseView), or for
+// a device copy, its tensors viewed in the device's memory (ParseDeviceView; MemoryKind::kDevice
+// on a CUDA device), from the host copy of its prefix. The entry keeps the handle alive.
+Result<std::shared_ptr<const SegmentEntry>> ParseHandle(const EntryHandle& handle);
 
 // Counters of one tier. The tier fills entries, bytes, capacity, inserts, checksum_failures,
 // io_errors and degraded; TierManager adds hits, misses, evictions, promotions and demotions.

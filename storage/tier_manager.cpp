@@ -436,11 +436,45 @@ Status TierManager::Store(std::shared_ptr<const HostBuffer> bytes, const PutOpti
 
 Result<EntryHandle> TierManager::Get(const SegmentKey& key, Access access) {
   Result<EntryHandle> local = GetLocal(key, access);
-  if (local.ok() || remote_ == nullptr || local.status().code() != StatusCode::kNotFound ||
-      !FetchRemote(key, nullptr)) {
-    return local;
+  if (!local.ok() && remote_ != nullptr && local.status().code() == StatusCode::kNotFound &&
+      FetchRemote(key, nullptr)) {
+    local = GetLocal(key, access);
   }
-  return GetLocal(key, access);
+  if (local.ok() && access == Access::kDevice && (*local)->device == nullptr) {
+    return PromoteToHbm(key, std::move(local).value());
+  }
+  return local;
+}
+
+EntryHandle TierManager::PromoteToHbm(const SegmentKey& key, EntryHandle host) {
+  if (!HasTier(TierKind::kHbm)) return host;
+  uint64_t gen = 0;
+  {
+    MutexLock lock(&mu_);
+    auto it = items_.find(key);
+    if (it == items_.end() || (it->second.mask & Bit(TierKind::kHbm)) != 0) return host;
+    gen = it->second.gen;
+  }
+  std::vector<WriteBack> writes;
+  std::optional<TierEntry> promoted = Promote(TierKind::kHbm, key, gen, *host, &writes);
+  (void)RunWriteBacks(std::move(writes), nullptr);
+  if (!promoted) return host;
+  return std::make_shared<const TierEntry>(std::move(*promoted));
+}
+
+std::optional<TierEntry> TierManager::Promote(TierKind t, const SegmentKey& key, uint64_t gen,
+                                              const TierEntry& entry,
+                                              std::vector<WriteBack>* writes) {
+  Result<TierEntry> prepared = PrepareIn(t, entry, writes);
+  MutexLock lock(&mu_);
+  auto it = items_.find(key);
+  // During the copy the item may have been evicted or replaced, or promoted by another Get.
+  if (!prepared.ok() || it == items_.end() || it->second.gen != gen ||
+      (it->second.mask & Bit(t)) != 0 || !CommitLocked(it->second, t, *prepared, writes).ok()) {
+    return std::nullopt;
+  }
+  ++per_tier_[Index(t)].promotions;
+  return std::move(prepared).value();
 }
 
 Result<EntryHandle> TierManager::GetLocal(const SegmentKey& key, Access access) {
@@ -496,7 +530,7 @@ Result<EntryHandle> TierManager::GetLocal(const SegmentKey& key, Access access) 
     }
   }
   if (found != nullptr) {
-    if (access == Access::kAny || !found->host.empty()) return found;
+    if (access != Access::kHostBytes || !found->host.empty()) return found;
     Result<std::shared_ptr<const HostBuffer>> copy = CopyToHost(*found);
     if (!copy.ok()) {
       MutexLock lock(&mu_);
@@ -534,17 +568,7 @@ Result<EntryHandle> TierManager::GetLocal(const SegmentKey& key, Access access) 
       ++per_tier_[Index(TierKind::kSsd)].hits;  // verified bytes, though the item moved on
     }
   }
-  if (promote) {
-    Result<TierEntry> prepared = PrepareIn(TierKind::kHost, **r, &writes);
-    MutexLock lock(&mu_);
-    auto it = items_.find(key);
-    // During the copy the item may have been evicted or replaced, or promoted by another Get.
-    if (prepared.ok() && it != items_.end() && it->second.gen == gen &&
-        (it->second.mask & Bit(TierKind::kHost)) == 0 &&
-        CommitLocked(it->second, TierKind::kHost, *prepared, &writes).ok()) {
-      ++per_tier_[Index(TierKind::kHost)].promotions;
-    }
-  }
+  if (promote) (void)Promote(TierKind::kHost, key, gen, **r, &writes);
   (void)RunWriteBacks(std::move(writes), nullptr);
   if (!outcome.ok()) return outcome;
   return r;

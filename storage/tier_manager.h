@@ -2,7 +2,8 @@
 //
 // - Placement: Put stores a new entry in the configured tier (host by default), falling back to
 //   the next slower tier when every entry there is pinned.
-// - Promotion on read: an SSD hit is copied into host RAM (and counted as a promotion).
+// - Promotion on read: an SSD hit is copied into host RAM (and counted as a promotion); a read
+//   for the composing device (Access::kDevice) copies a host or SSD hit into HBM.
 // - Demotion: an entry evicted from a memory tier is written back to the next slower tier when
 //   the admission policy allows (by default: only entries read at least once). Write-backs to
 //   SSD run on a background writer thread, so the Get or Put that caused the eviction does not
@@ -84,9 +85,13 @@ struct PutOptions {
   bool pin = false;                  // explicit pin (Unpin releases it)
 };
 
-// What Get returns: host bytes (copied back and verified from a device tier when needed), or
-// whatever the fastest tier holds (a device handle from HBM).
-enum class Access : uint8_t { kHostBytes = 0, kAny = 1 };
+// What Get returns: host bytes (copied back and verified from a device tier when needed);
+// whatever the fastest tier holds (a device handle from HBM); or for the device that composes
+// (kDevice) the HBM tier's copy, made there from host RAM or SSD when absent (counted as a
+// promotion into HBM), so the next read of the entry needs no upload. Without an HBM tier, or
+// when it cannot take the entry (full of pinned entries, a failed copy), kDevice gives the host
+// bytes instead.
+enum class Access : uint8_t { kHostBytes = 0, kAny = 1, kDevice = 2 };
 
 struct TierStats {
   TierKind kind = TierKind::kHost;
@@ -253,6 +258,16 @@ class TierManager {
   // Put, and with `share` the remote write of a new entry the admission takes.
   Status Store(std::shared_ptr<const HostBuffer> bytes, const PutOptions& options, bool share);
   Result<EntryHandle> GetLocal(const SegmentKey& key, Access access);
+  // Access::kDevice's promotion: `host` (a host-memory handle of `key`) copied into the HBM
+  // tier and committed there if the key's item is still the one it was read from; the HBM
+  // handle, or `host` when the copy was not made.
+  EntryHandle PromoteToHbm(const SegmentKey& key, EntryHandle host) EXCLUDES(mu_);
+  // A copy of `entry` placed in tier t and committed there, if the key's item is still the one
+  // of generation `gen` and t does not hold it yet (counted as a promotion into t): the copy, or
+  // nullopt when it was not made or not committed. Takes the lock itself.
+  std::optional<TierEntry> Promote(TierKind t, const SegmentKey& key, uint64_t gen,
+                                   const TierEntry& entry, std::vector<WriteBack>* writes)
+      EXCLUDES(mu_);
   ProbeResult ProbeLocal(std::span<const SegmentKey> keys, bool pin_hits,
                          const std::string* only_namespace);
   // A local miss: reads `key` from the remote tier and stores it locally. True when it is now

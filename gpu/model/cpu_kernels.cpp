@@ -1,5 +1,6 @@
 #include "gpu/model/cpu_kernels.h"
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -158,6 +159,14 @@ CpuForwardKernels::~CpuForwardKernels() {
   for (const auto& v : scratch_.expert_out) bytes += v.capacity() * sizeof(float);
   ScratchSet& kept = ThreadScratch();
   if (kept.slots.empty() && bytes <= kKeptScratchBytes) kept = std::move(scratch_);
+}
+
+const float* CpuForwardKernels::WidenDeviceInput(DType dtype, const void*, int64_t n) {
+  if (status_.ok()) {
+    status_ = Internal(
+        fmt::format("a CPU pass was given {} {} elements in device memory", n, DTypeName(dtype)));
+  }
+  return nullptr;
 }
 
 float* CpuForwardKernels::Scratch(int slot, int64_t n) {

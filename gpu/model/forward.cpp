@@ -62,8 +62,11 @@ float* Model::Pass::CaptureBuffer(const TensorView& view) {
 }
 
 const float* Model::Pass::EntryInput(const EntryTensor& t, int64_t n) {
-  // CheckEntry let a device-resident tensor through only in F32 on this pass's own device.
-  if (t.view.memory() == MemoryKind::kDevice) return t.view.data_as<const float>();
+  // CheckEntry let a device-resident tensor through only on this pass's own device.
+  if (t.view.memory() == MemoryKind::kDevice) {
+    if (t.view.dtype() == DType::kF32) return t.view.data_as<const float>();
+    return kernels_->WidenDeviceInput(t.view.dtype(), t.view.data(), n);
+  }
   if (t.view.dtype() == DType::kF32) return kernels_->Input(t.view.data_as<const float>(), n);
   if (widened_used_ == widened_.size()) widened_.emplace_back();
   UninitializedVector<float>& buf = widened_[widened_used_++];

@@ -62,10 +62,10 @@ Status CheckTensor(const SegmentEntry& e, uint32_t layer, TensorKind kind, const
   }
   if (t->view.memory() == MemoryKind::kDevice) {
     const ComputeDevice where{gpu::BackendKind::kCuda, t->view.device()};
-    if (!(where == device) || dtype != DType::kF32) {
+    if (!(where == device)) {
       return BadRequest(fmt::format(
           "entry {}: layer {} {} is {} in the memory of {}; a pass on {} reads host memory or "
-          "F32 on its own device",
+          "its own device's",
           e.key().ToHex(), layer, TensorKindName(kind), DTypeName(dtype), ComputeDeviceName(where),
           ComputeDeviceName(device)));
     }

@@ -1,6 +1,8 @@
 // Fuzzes the entry parser. Each input is parsed twice: as given, and "resealed" (header and
 // trailer checksums recomputed) so that mutations reach the structural checks behind them.
-// Whatever parses must be canonical: serializing it again reproduces the input exactly.
+// Whatever parses must be canonical: serializing it again reproduces the input exactly. The
+// device-copy parser (ParseDeviceView) runs over each input's prefix beside it.
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -13,9 +15,38 @@ namespace {
 
 using hypic::HostBuffer;
 
+// The device-copy parser over the input's prefix, with the input itself as "device" memory
+// (never read by the parser): whatever it accepts places every tensor inside the declared
+// entry, and wherever the host parser accepts, it accepts too.
+void CheckDeviceView(const std::shared_ptr<const HostBuffer>& bytes, bool host_parsed) {
+  auto offset = hypic::storage::EntryDataOffset(bytes->span());
+  if (!offset.ok() || *offset > bytes->size()) {
+    if (host_parsed) std::abort();
+    return;
+  }
+  auto prefix = HostBuffer::CopyOf(bytes->span().first(*offset));
+  if (!prefix.ok()) return;
+  auto viewed = hypic::storage::ParseDeviceView(prefix->span(), bytes->data(),
+                                                hypic::MemoryKind::kDevice, 0, nullptr);
+  if (!viewed.ok()) {
+    if (host_parsed) std::abort();
+    return;
+  }
+  auto info = hypic::storage::ReadEntryInfo(prefix->span());
+  if (!info.ok()) std::abort();
+  for (const auto& t : (*viewed)->tensors()) {
+    const auto at = static_cast<const std::byte*>(t.view.data()) - bytes->data();
+    if (at < static_cast<std::ptrdiff_t>(*offset) ||
+        static_cast<uint64_t>(at) + t.view.NumBytes() > info->bytes) {
+      std::abort();
+    }
+  }
+}
+
 void Check(std::shared_ptr<const HostBuffer> bytes) {
   bool verified = hypic::storage::Verify(bytes->span()).ok();
   auto parsed = hypic::storage::Parse(bytes);
+  CheckDeviceView(bytes, parsed.ok());
   if (!parsed.ok()) return;
   if (!verified) std::abort();  // Parse accepted what Verify refused
   auto again = hypic::storage::Serialize(**parsed);

@@ -197,6 +197,72 @@ TEST_CASE("ReadEntryInfo needs only the header and namespace") {
   CHECK(ReadEntryInfo(bad->span().first(*n)).status().code() == StatusCode::kBadChecksum);
 }
 
+TEST_CASE("ParseDeviceView reads the table from a host prefix and views the data elsewhere") {
+  auto b = Bytes(17, 96 << 10, "ns-dev");
+  auto data_offset = EntryDataOffset(b->span());
+  REQUIRE_OK(data_offset);
+  CHECK(*data_offset == LoadAt<uint64_t>(*b, 88));
+  // The "device" copy: the whole entry somewhere else (here host memory, labelled as device 3).
+  auto device = HostBuffer::CopyOf(b->span());
+  REQUIRE_OK(device);
+  auto prefix = HostBuffer::CopyOf(b->span().first(*data_offset));
+  REQUIRE_OK(prefix);
+  auto view = ParseDeviceView(prefix->span(), device->data(), MemoryKind::kDevice, 3, nullptr);
+  REQUIRE_OK(view);
+  auto parsed = Parse(b);
+  REQUIRE_OK(parsed);
+  CHECK((*view)->key() == (*parsed)->key());
+  CHECK((*view)->meta().tokens == (*parsed)->meta().tokens);
+  REQUIRE((*view)->tensors().size() == (*parsed)->tensors().size());
+  for (const EntryTensor& t : (*parsed)->tensors()) {
+    const EntryTensor* u = (*view)->Find(t.layer, t.kind);
+    REQUIRE(u != nullptr);
+    CHECK(u->view.memory() == MemoryKind::kDevice);
+    CHECK(u->view.device() == 3);
+    CHECK(u->view.dtype() == t.view.dtype());
+    CHECK(u->view.shape() == t.view.shape());
+    // The same offset from the start of the entry, in the device copy.
+    CHECK(static_cast<const std::byte*>(u->view.data()) - device->data() ==
+          static_cast<const std::byte*>(t.view.data()) - b->data());
+  }
+  // The data are not read: damage there is not the prefix's to see (it was verified before
+  // the copy), but every damage to the prefix is refused.
+  device->data()[*data_offset + 5] ^= std::byte{1};
+  CHECK_OK(ParseDeviceView(prefix->span(), device->data(), MemoryKind::kDevice, 3, nullptr));
+  auto parse_prefix = [&](const HostBuffer& p) {
+    return ParseDeviceView(p.span(), device->data(), MemoryKind::kDevice, 3, nullptr)
+        .status()
+        .code();
+  };
+  CHECK(parse_prefix(*Mutated(*prefix, 20, std::byte{1})) == StatusCode::kBadChecksum);
+  {
+    auto whole = HostBuffer::CopyOf(b->span());  // a table edit, resealed
+    REQUIRE_OK(whole);
+    const uint64_t table = LoadAt<uint64_t>(*whole, 80);
+    whole->data()[table + 64] ^= std::byte{8};  // tensor 0's length
+    Reseal(*whole);
+    auto p = HostBuffer::CopyOf(whole->span().first(*data_offset));
+    REQUIRE_OK(p);
+    CHECK(parse_prefix(*p) == StatusCode::kCorruption);
+  }
+  {
+    auto whole = HostBuffer::CopyOf(b->span());  // a token edit: the key no longer matches
+    REQUIRE_OK(whole);
+    const uint32_t ns_len = LoadAt<uint32_t>(*whole, 64);
+    whole->data()[(kEntryHeaderSize + ns_len + 3) / 4 * 4] ^= std::byte{1};
+    Reseal(*whole);
+    auto p = HostBuffer::CopyOf(whole->span().first(*data_offset));
+    REQUIRE_OK(p);
+    CHECK(parse_prefix(*p) == StatusCode::kBadChecksum);
+  }
+  auto short_prefix = HostBuffer::CopyOf(b->span().first(*data_offset - 8));
+  REQUIRE_OK(short_prefix);
+  CHECK(parse_prefix(*short_prefix) == StatusCode::kCorruption);
+  CHECK(parse_prefix(*b) == StatusCode::kCorruption);  // the whole entry is not a prefix
+  CHECK(ParseDeviceView(prefix->span(), nullptr, MemoryKind::kDevice, 3, nullptr).status().code() ==
+        StatusCode::kBadRequest);
+}
+
 TEST_CASE("Serialize refuses entries it could not parse back") {
   auto e = MakeSyntheticEntry({17, "t", 4096, 16});
   REQUIRE_OK(e);

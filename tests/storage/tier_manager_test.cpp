@@ -363,6 +363,75 @@ TEST_CASE("SSD placement, and HBM above host (CPU backend as the device)") {
   CheckReadsBack(*m, 5);
 }
 
+TEST_CASE("a read for the composing device promotes host and SSD hits into HBM") {
+  TempDir dir;
+  TierManagerOptions o;  // placement host: entries reach HBM only by being read for a device
+  o.demote_min_hits = 0;
+  auto hbm = HbmTier::Create(gpu::CpuBackend(), 0, 2 * EntrySize());
+  REQUIRE_OK(hbm);
+  auto m = Manager(o, 2, Ssd(dir, 100 * EntrySize()), std::move(*hbm));
+  for (uint64_t s = 1; s <= 3; ++s) CHECK_OK(m->Put(EntryBytes(s)));
+  m->WaitForWriteBacks();
+  SegmentKey keys[] = {KeyOf(1), KeyOf(2), KeyOf(3)};
+  CHECK(m->Probe(keys, false).tiers[0] == TierKind::kSsd);
+
+  auto from_host = m->Get(KeyOf(3), Access::kDevice);
+  REQUIRE_OK(from_host);
+  REQUIRE((*from_host)->device != nullptr);
+  CHECK((*from_host)->host.empty());
+  CHECK(CountersOf(m->Stats(), TierKind::kHbm).promotions == 1);
+  auto from_ssd = m->Get(KeyOf(1), Access::kDevice);  // SSD -> host -> HBM
+  REQUIRE_OK(from_ssd);
+  CHECK((*from_ssd)->device != nullptr);
+  CHECK(CountersOf(m->Stats(), TierKind::kHbm).promotions == 2);
+  auto p = m->Probe(keys, false);
+  CHECK(p.tiers[0] == TierKind::kHbm);
+  CHECK(p.tiers[2] == TierKind::kHbm);
+
+  // The next read is an HBM hit: nothing is copied again.
+  const uint64_t hits = CountersOf(m->Stats(), TierKind::kHbm).hits;
+  auto again = m->Get(KeyOf(3), Access::kDevice);
+  REQUIRE_OK(again);
+  CHECK((*again)->device == (*from_host)->device);
+  CHECK(CountersOf(m->Stats(), TierKind::kHbm).hits == hits + 1);
+  CHECK(CountersOf(m->Stats(), TierKind::kHbm).promotions == 2);
+
+  // A third entry makes room in HBM (2 entries): the least recently used one moves down to
+  // host RAM, and every read still gives the right bytes.
+  auto third = m->Get(KeyOf(2), Access::kDevice);
+  REQUIRE_OK(third);
+  CHECK((*third)->device != nullptr);
+  CHECK(CountersOf(m->Stats(), TierKind::kHbm).entries == 2);
+  CHECK(CountersOf(m->Stats(), TierKind::kHbm).bytes <= 2 * EntrySize());
+  for (uint64_t s = 1; s <= 3; ++s) {
+    auto h = m->Get(KeyOf(s));
+    REQUIRE_OK(h);
+    CHECK(SameBytes(*h, *EntryBytes(s)));
+    auto entry = ParseHandle(*m->Get(KeyOf(s), Access::kDevice));
+    REQUIRE_OK(entry);
+    CHECK((*entry)->key() == KeyOf(s));
+  }
+}
+
+TEST_CASE("without an HBM tier, or when it cannot take the entry, a device read gets host bytes") {
+  auto m = Manager({}, 2);
+  CHECK_OK(m->Put(EntryBytes(1)));
+  auto h = m->Get(KeyOf(1), Access::kDevice);
+  REQUIRE_OK(h);
+  CHECK((*h)->device == nullptr);
+  CHECK(SameBytes(*h, *EntryBytes(1)));
+
+  auto tiny = HbmTier::Create(gpu::CpuBackend(), 0, EntrySize() / 2);  // smaller than an entry
+  REQUIRE_OK(tiny);
+  auto small = Manager({}, 2, nullptr, std::move(*tiny));
+  CHECK_OK(small->Put(EntryBytes(2)));
+  auto g = small->Get(KeyOf(2), Access::kDevice);
+  REQUIRE_OK(g);
+  CHECK((*g)->device == nullptr);
+  CHECK(SameBytes(*g, *EntryBytes(2)));
+  CHECK(CountersOf(small->Stats(), TierKind::kHbm).promotions == 0);
+}
+
 TEST_CASE("filling each tier to twice its capacity never exceeds it") {
   TempDir dir;
   TierManagerOptions o;

@@ -86,6 +86,27 @@ void ExerciseDeviceTier(gpu::Backend& backend) {
   REQUIRE((*back)->size() == a->size());
   CHECK(std::memcmp((*back)->data(), a->data(), a->size()) == 0);
   CHECK((*tier)->kind() == TierKind::kHbm);
+  // The handle's tensors, viewed where they are in the tier's memory.
+  auto in_place = ParseHandle(*got);
+  REQUIRE_OK(in_place);
+  auto original = Parse(a);
+  REQUIRE_OK(original);
+  CHECK((*in_place)->key() == (*original)->key());
+  REQUIRE((*in_place)->tensors().size() == (*original)->tensors().size());
+  const auto* device_base = static_cast<const std::byte*>((*got)->device_data);
+  for (const EntryTensor& t : (*original)->tensors()) {
+    const EntryTensor* u = (*in_place)->Find(t.layer, t.kind);
+    REQUIRE(u != nullptr);
+    CHECK(u->view.memory() == (*got)->device->memory());
+    const auto at = static_cast<const std::byte*>(u->view.data()) - device_base;
+    CHECK(at == static_cast<const std::byte*>(t.view.data()) - a->data());
+    if (u->view.memory() == MemoryKind::kHost) {  // the CPU backend's "device": readable here
+      CHECK(std::memcmp(u->view.data(), t.view.data(), t.view.NumBytes()) == 0);
+    }
+  }
+  auto prefix = EntryDataOffset(a->span());
+  REQUIRE_OK(prefix);
+  CHECK((*got)->device_prefix.size() == *prefix);
 }
 
 TEST_CASE("hbm tier logic on the CPU backend") { ExerciseDeviceTier(gpu::CpuBackend()); }

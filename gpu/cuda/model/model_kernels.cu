@@ -58,6 +58,12 @@ __global__ void ToBf16Kernel(const float* x, int64_t ldx, int64_t rows, int64_t 
   HYPIC_GRID_STRIDE(i, rows * cols) { dst[i] = F32ToBf16(x[(i / cols) * ldx + i % cols]); }
 }
 
+// An entry tensor's bf16 or f16 elements widened to fp32 (core/dtype.h's conversions).
+template <bool kBf16>
+__global__ void WidenKernel(const uint16_t* x, int64_t n, float* y) {
+  HYPIC_GRID_STRIDE(i, n) { y[i] = kBf16 ? Bf16ToF32(x[i]) : F16ToF32(x[i]); }
+}
+
 __global__ void RmsNormKernel(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
                               int64_t rows, int64_t dim, float eps) {
   HYPIC_GRID_STRIDE(r, rows) { RmsNormZeroCentredRow(x + r * ldx, w, y + r * ldy, dim, eps); }
@@ -322,6 +328,22 @@ class CudaForwardKernels final : public ForwardKernels {
   }
 
   const float* Input(const float* host, int64_t n) override { return Upload(host, n); }
+
+  const float* WidenDeviceInput(DType dtype, const void* data, int64_t n) override {
+    if (dtype != DType::kBF16 && dtype != DType::kF16) {
+      Record(Internal("WidenDeviceInput of " + std::string(DTypeName(dtype)) + " elements"));
+      return nullptr;
+    }
+    float* wide = Alloc<float>(n);
+    if (wide == nullptr) return nullptr;
+    const auto* narrow = static_cast<const uint16_t*>(data);
+    if (dtype == DType::kBF16) {
+      Launch(WidenKernel<true>, n, narrow, n, wide);
+    } else {
+      Launch(WidenKernel<false>, n, narrow, n, wide);
+    }
+    return wide;
+  }
 
   float* Mirror(float* host, int64_t n, bool read) override {
     float* d = read ? const_cast<float*>(Input(host, n)) : Alloc<float>(n);

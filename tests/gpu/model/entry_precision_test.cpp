@@ -10,8 +10,10 @@
 #include <cstring>
 
 #include "core/segment_key.h"
+#include "gpu/backend.h"
 #include "gpu/model/model.h"
 #include "storage/entry_format.h"
+#include "storage/hbm_tier.h"
 #include "tests/gpu/model/model_test_util.h"
 #include "tests/support/seeded_rng.h"
 
@@ -206,6 +208,69 @@ TEST_CASE("entry dtypes survive Serialize and Parse; the parsed entry composes t
   auto f32_bytes = storage::Serialize(**f32);
   REQUIRE_OK(f32_bytes);
   for (size_t i = 104; i < 120; ++i) CHECK((*f32_bytes)->span()[i] == std::byte{0});
+}
+
+// Compose with the entry read where the HBM tier holds it (tier.h's ParseHandle over the tier's
+// own copy) against Compose with the entry parsed from host bytes: the same logits, bit for bit,
+// on `device`. On the CPU backend the tier's memory is host memory (the views' offsets and the
+// prefix parsing are what is checked); on a CUDA device the views are device memory, read in
+// place, the bf16/f16 tensors widened there by a kernel.
+void CheckComposeFromHbm(gpu::Backend& backend, const ComputeDevice& device) {
+  ScratchDir dir;
+  auto m = testing::LoadTiny(dir.path());
+  hypic::testing::SeededRng rng(29);
+  const auto vocab = static_cast<uint32_t>(m->config().vocab_size);
+  for (const EntryDTypes& d :
+       {EntryDTypes{}, EntryDTypes{DType::kF32, DType::kBF16, DType::kF16, DType::kBF16}}) {
+    INFO("entry dtypes ", d.ToString());
+    std::vector<ComposePart> parts = {{Kind::kSegment, rng.Tokens(30, vocab), nullptr},
+                                      {Kind::kSegment, rng.Tokens(20, vocab), nullptr},
+                                      {Kind::kRaw, rng.Tokens(5, vocab), nullptr}};
+    REQUIRE_OK(m->PrefillEntries(parts, ComposeMode::kHypic, {.seam_w = kSeam, .entry_dtypes = d}));
+    auto tier = storage::HbmTier::Create(backend, device.index, uint64_t{64} << 20);
+    REQUIRE_OK(tier);
+    auto from_host = parts, in_place = parts;
+    for (size_t i = 0; i < 2; ++i) {
+      auto bytes = storage::Serialize(*parts[i].entry);
+      REQUIRE_OK(bytes);
+      auto host = storage::MakeHostHandle(*bytes);
+      REQUIRE_OK(host);
+      REQUIRE_OK((*tier)->Insert(**host));
+      auto parsed = storage::Parse(*bytes);
+      REQUIRE_OK(parsed);
+      from_host[i].entry = *parsed;
+      auto handle = (*tier)->Lookup(parts[i].entry->key());
+      REQUIRE_OK(handle);
+      auto viewed = storage::ParseHandle(*handle);
+      REQUIRE_OK(viewed);
+      for (const EntryTensor& t : (*viewed)->tensors()) {
+        CHECK(t.view.memory() == (*handle)->device->memory());
+      }
+      in_place[i].entry = *viewed;
+    }
+    for (ComposeMode mode : {ComposeMode::kHypic, ComposeMode::kNaive}) {
+      const ComposeOptions options{.mode = mode, .seam_w = kSeam, .device = device};
+      auto want = m->Compose(from_host, options);
+      auto got = m->Compose(in_place, options);
+      REQUIRE_OK(want);
+      REQUIRE_OK(got);
+      CHECK(got->logits == want->logits);
+    }
+  }
+}
+
+TEST_CASE("an entry read in place from the HBM tier composes as its host bytes do (CPU backend)") {
+  CheckComposeFromHbm(gpu::CpuBackend(), {});
+}
+
+TEST_CASE("an entry read in place from the HBM tier composes as its host bytes do (CUDA)") {
+  const ComputeDevice cuda{gpu::BackendKind::kCuda, 0};
+  gpu::Backend* backend = gpu::FindBackend(gpu::BackendKind::kCuda);
+  if (backend == nullptr || !CheckComputeDevice(cuda).ok()) {
+    MESSAGE("skipped: no CUDA device");
+    return;
+  }
+  CheckComposeFromHbm(*backend, cuda);
 }
 
 TEST_CASE("Compose refuses entry tensors of a non-float dtype or another than their settings") {
