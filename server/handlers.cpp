@@ -614,7 +614,7 @@ Result<protocol::Bytes> Handlers::Prefill(const Request& req) {
       // The scheduler offers each entry to the store; PREFILL promises it is stored when it
       // answers, so an entry the store did not take is put again and a failure reported.
       if (StoredTier(computed[j]->key()) == protocol::Tier::kNone) {
-        HYPIC_ASSIGN_OR_RETURN(auto bytes, storage::Serialize(*computed[j]));
+        HYPIC_ASSIGN_OR_RETURN(auto bytes, HostBytesOf(*computed[j]));
         Status st = store_.Put(bytes);
         if (!st.ok()) return st.WithContext("storing a prefilled entry");
       }
@@ -633,13 +633,25 @@ Result<protocol::Bytes> Handlers::Prefill(const Request& req) {
   return PrefillEntriesBody(req, out, entries);
 }
 
+Result<std::shared_ptr<const HostBuffer>> Handlers::HostBytesOf(const SegmentEntry& entry) {
+  const bool on_device =
+      std::any_of(entry.tensors().begin(), entry.tensors().end(),
+                  [](const EntryTensor& t) { return t.view.memory() == MemoryKind::kDevice; });
+  if (!on_device) return storage::Serialize(entry);
+  // An entry viewed in the HBM tier (lookups and deliveries for a CUDA combine device): its
+  // stored bytes, copied back and verified.
+  HYPIC_ASSIGN_OR_RETURN(storage::EntryHandle handle,
+                         store_.Get(entry.key(), storage::Access::kHostBytes));
+  return storage::CopyToHost(*handle);
+}
+
 Result<protocol::Bytes> Handlers::PrefillEntriesBody(const Request& req,
                                                      protocol::PrefillReply& out,
                                                      std::span<const EntryPtr> entries) {
   std::vector<std::shared_ptr<const HostBuffer>> bytes;
   uint64_t total = protocol::PrefillReplyHeadSize(static_cast<uint32_t>(entries.size()));
   for (size_t i = 0; i < entries.size(); ++i) {
-    HYPIC_ASSIGN_OR_RETURN(auto serialized, storage::Serialize(*entries[i]));
+    HYPIC_ASSIGN_OR_RETURN(auto serialized, HostBytesOf(*entries[i]));
     out.results[i].bytes = serialized->size();
     total += serialized->size();
     bytes.push_back(std::move(serialized));

@@ -141,6 +141,9 @@ class Handlers {
   model::SegmentOptions SegmentOptionsOf(const std::string& name_space, uint32_t seam_w) const;
   SegmentKey KeyOf(const std::string& name_space, uint32_t seam_w,
                    std::span<const uint32_t> tokens) const;
+  // The serialized bytes of `entry`: Serialize, or for an entry viewed in device memory, the
+  // store's copy (the entry was read from it).
+  Result<std::shared_ptr<const HostBuffer>> HostBytesOf(const SegmentEntry& entry);
   // Who reads a looked-up entry: host code (its bytes, verified), or a pass on the combine
   // device (on a CUDA combine device: the HBM tier's copy in place, tier.h's ParseHandle).
   enum class Reader : uint8_t { kHost, kCombinePass };

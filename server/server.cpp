@@ -23,6 +23,7 @@
 #include "gpu/model/cuda_forward.h"
 #include "gpu/runtime/device_selection.h"
 #include "gpu/runtime/model_jobs.h"
+#include "server/hbm_transport.h"
 #include "server/session.h"
 #include "storage/entry_format.h"
 #include "storage/hbm_tier.h"
@@ -199,6 +200,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
     if (!tier.ok()) return tier.status().WithContext("config key 'ssd_capacity' (SSD tier)");
     ssd = std::move(tier).value();
   }
+  const bool has_hbm = hbm != nullptr;  // on the combine device
   if (!hbm && !host && !ssd) {
     return BadRequest(
         "config key 'ram_capacity': every tier has capacity 0; nothing can be cached");
@@ -273,7 +275,11 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
     // the cores: more threads than that made a compose 2.3x slower while the workers ran
     // (docs/benchmarks.md, issue 7).
     if (s->pool_->cpu_budget() > 0) cpu::SetComputeThreads(s->pool_->cpu_budget());
-    s->transport_ = std::make_unique<runtime::HostTransport>();
+    if (has_hbm) {
+      s->transport_ = std::make_unique<HbmTransport>(*s->store_, s->combine_device_.index);
+    } else {
+      s->transport_ = std::make_unique<runtime::HostTransport>();
+    }
     // The priors assume 50 GFLOP/s per CPU worker and 50 TFLOP/s per GPU (a third of an H100's
     // bf16 tensor-core rate); each kind's measured prefills then refine its own model.
     const runtime::CostShape shape = runtime::CostShapeOf(s->model_->config());

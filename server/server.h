@@ -99,11 +99,12 @@ class Server {
   std::unique_ptr<PendingBudget> pending_;
   std::unique_ptr<storage::TierManager> store_;
   std::shared_ptr<const model::Model> model_;
-  // The miss path (with a model): CPU workers, the host transport, the cost model and the
-  // scheduler that owns the worker threads (destroyed, and joined, before the store).
+  // The miss path (with a model): the workers, the transport (host copies, or the HBM tier's
+  // copies on a CUDA combine device: hbm_transport.h), the cost models and the scheduler that
+  // owns the worker threads (destroyed, and joined, before the store).
   std::vector<std::shared_ptr<Peer>> peers_;  // their workers are in pool_
   std::unique_ptr<runtime::WorkerPool> pool_;
-  std::unique_ptr<runtime::HostTransport> transport_;
+  std::unique_ptr<runtime::Transport> transport_;
   std::unique_ptr<runtime::CostModels> cost_;
   model::ComputeDevice combine_device_;  // where the request threads' passes run
   std::unique_ptr<runtime::MissScheduler> scheduler_;

@@ -4,8 +4,9 @@
 //
 // HostTransport copies the entry's tensors into fresh host buffers owned by the combine side:
 // the worker's entry goes to the store at the same time, and the combine never shares memory
-// with a buffer the store may demote, compress or free. hypicd uses it on the CPU and on GPUs
-// alike today (a GPU worker's entry is in host memory when its pass finishes). The device
+// with a buffer the store may demote, compress or free. hypicd uses it on the CPU, and on GPUs
+// without an HBM tier (a GPU worker's entry is in host memory when its pass finishes; with one,
+// server/hbm_transport.h hands over the store's device copy instead). The device
 // transport (gpu/cuda/runtime/device_transport.h, CUDA builds) moves tensors into the combine
 // device's memory, peer to peer from other devices; the entry says where each tensor lives.
 //
