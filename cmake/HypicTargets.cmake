@@ -1,6 +1,11 @@
 # Helpers that give every target of ours the same flags.
 #   hypic_library(NAME SOURCES ... [DEPS ...] [PRIVATE_DEPS ...])  -> target hypic_NAME, alias hypic::NAME
-#   hypic_executable(NAME SOURCES ... DEPS ...)
+#   hypic_executable(NAME SOURCES ... DEPS ... [UNITY])
+#     UNITY: compiled as unity batches of kHypicUnityBatch sources. For the tools whose many
+#     small files each include CLI11 (header-only here: ~7 s of every file's -O2 compile, ~15 s
+#     under ASan), so the library is compiled once per batch instead of once per file
+#     (docs/operations-server.md, "CI time budget"). Names in anonymous namespaces must then be
+#     unique across the target's files.
 #   hypic_test(NAME SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s])  -> doctest binary + ctest entries
 function(hypic_apply_flags target)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${HYPIC_WARNINGS}>
@@ -19,18 +24,28 @@ function(hypic_library name)
   target_link_libraries(hypic_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
 endfunction()
 
+set(kHypicUnityBatch 8)
+
 function(hypic_executable name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "UNITY" "" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   hypic_apply_flags(${name})
+  if(ARG_UNITY)
+    set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${kHypicUnityBatch})
+  endif()
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
 endfunction()
 
+# A test's own sources compile at -O1 in RelWithDebInfo builds (the code under test, in the
+# libraries, keeps -O2): doctest's assertions make large functions that -O2 spends 25-45% more
+# time on (tests/storage/tier_manager_test.cpp: 18.1 s -> 12.4 s; docs/operations-server.md,
+# "CI time budget"), for tests that run no faster.
 function(hypic_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   hypic_apply_flags(${name})
+  target_compile_options(${name} PRIVATE $<$<AND:$<CONFIG:RelWithDebInfo>,$<COMPILE_LANGUAGE:CXX>>:-O1>)
   target_link_libraries(${name} PRIVATE hypic_test_main ${ARG_DEPS})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
   if(NOT ARG_TIMEOUT)

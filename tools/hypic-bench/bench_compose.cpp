@@ -40,7 +40,8 @@
 #include "tools/hypic-bench/gemm_peak.h"
 #include "tools/hypic-bench/quality_metrics.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::bench_compose {
 namespace {
 
 using model::ComposeMode;
@@ -502,4 +503,4 @@ const bool kRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::bench_compose

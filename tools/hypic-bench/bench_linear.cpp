@@ -23,7 +23,8 @@
 #include "tools/common/subcommand.h"
 #include "tools/hypic-bench/bench_timing.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::bench_linear {
 namespace {
 
 using linear::Inputs;
@@ -209,4 +210,4 @@ const bool kRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::bench_linear

@@ -53,7 +53,8 @@
 
 extern char** environ;
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::bench_net {
 namespace {
 
 namespace fs = std::filesystem;
@@ -842,4 +843,4 @@ const bool kRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::bench_net

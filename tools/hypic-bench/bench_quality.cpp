@@ -35,7 +35,8 @@
 #include "tools/hypicctl/connection_options.h"
 #include "tools/hypicctl/progress_bar.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::bench_quality {
 namespace {
 
 constexpr const char* kTool = "hypic-bench quality";
@@ -161,4 +162,4 @@ const bool kRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::bench_quality

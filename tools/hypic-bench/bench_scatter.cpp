@@ -38,7 +38,8 @@
 #include "gpu/runtime/transport.h"
 #include "tools/common/subcommand.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::bench_scatter {
 namespace {
 
 using runtime::Clock;
@@ -627,4 +628,4 @@ const bool kSimRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::bench_scatter

@@ -35,7 +35,8 @@
 #include "storage/tier_manager.h"
 #include "tools/common/subcommand.h"
 
-namespace hypic::bench {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::bench::bench_store {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -255,4 +256,4 @@ const bool kRegistered = tools::RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::bench
+}  // namespace hypic::bench::bench_store

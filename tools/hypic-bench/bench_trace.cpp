@@ -41,7 +41,8 @@
 #include "tools/hypicctl/connection_options.h"
 #include "tools/hypicctl/daemon.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::bench_trace {
 namespace {
 
 struct Options {
@@ -482,4 +483,4 @@ const bool kRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::bench_trace

@@ -7,7 +7,8 @@
 #endif
 #include "tools/common/subcommand.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::op_devices {
 namespace {
 
 int ListDevices() {
@@ -45,4 +46,4 @@ const bool kRegistered =
                        [](CLI::App&) -> Action { return [] { return ListDevices(); }; });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::op_devices

@@ -17,7 +17,8 @@
 #include "tools/common/subcommand.h"
 #include "tools/hypic-op/model_target.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::op_prefill {
 namespace {
 
 struct PrefillOptions {
@@ -79,4 +80,4 @@ const bool kRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::op_prefill

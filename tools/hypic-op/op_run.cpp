@@ -20,7 +20,8 @@
 #include "gpu/linear/linear_attention.h"
 #include "tools/common/subcommand.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::op_run {
 namespace {
 
 struct RunOptions {
@@ -52,7 +53,7 @@ class InputFile {
 
   // The dims of F32 tensor `name` of rank `rank`; `layout` names the axes for messages.
   std::optional<InputError> Dims(const std::string& name, int rank, const std::string& layout,
-                                 tools::Dims* dims) const {
+                                 op_run::Dims* dims) const {
     auto info = file_->Info(name);
     if (!info.ok()) {
       return InputError{fmt::format("missing tensor '{}' (expected F32 {})", name, layout)};
@@ -72,9 +73,9 @@ class InputFile {
   }
 
   // Checks `name` has exactly `expect` and reads it.
-  std::optional<InputError> Read(const std::string& name, const tools::Dims& expect,
+  std::optional<InputError> Read(const std::string& name, const op_run::Dims& expect,
                                  const std::string& layout, std::vector<float>* out) const {
-    tools::Dims got;
+    op_run::Dims got;
     if (auto e = Dims(name, static_cast<int>(expect.size()), layout, &got)) return e;
     if (got != expect) {
       return InputError{fmt::format("tensor '{}' has shape {}, expected {} = {}", name,
@@ -215,4 +216,4 @@ const bool kRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::op_run

@@ -19,7 +19,8 @@
 #include "gpu/linear/linear_attention.h"
 #include "tools/common/subcommand.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::op_table {
 namespace {
 
 using linear::Shape;
@@ -197,4 +198,4 @@ const bool kRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::op_table

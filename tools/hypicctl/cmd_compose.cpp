@@ -26,7 +26,8 @@
 #include "tools/hypicctl/table.h"
 #include "tools/hypicctl/token_lines.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::cmd_compose {
 namespace {
 
 struct ComposeCtlOptions {
@@ -208,4 +209,4 @@ const bool kRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::cmd_compose

@@ -4,7 +4,8 @@
 #include "tools/common/subcommand.h"
 #include "tools/hypicctl/command.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::cmd_config {
 namespace {
 
 int RunConfig(const CommonOptions& opts) {
@@ -38,4 +39,4 @@ const bool kRegistered = RegisterSubcommand("config", "Print the daemon's effect
                                             });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::cmd_config

@@ -8,7 +8,8 @@
 #include "tools/hypicctl/daemon.h"
 #include "tools/hypicctl/table.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::cmd_evict {
 namespace {
 
 struct EvictOptions {
@@ -168,4 +169,4 @@ const bool kRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::cmd_evict

@@ -4,7 +4,8 @@
 #include "tools/common/subcommand.h"
 #include "tools/hypicctl/command.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::cmd_flush {
 namespace {
 
 int RunFlush(const CommonOptions& opts) {
@@ -28,4 +29,4 @@ const bool kRegistered = RegisterSubcommand("flush", "Make every dirty entry dur
                                             });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::cmd_flush

@@ -9,7 +9,8 @@
 #include "tools/hypicctl/daemon.h"
 #include "tools/hypicctl/table.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::cmd_ls {
 namespace {
 
 struct LsOptions {
@@ -112,4 +113,4 @@ const bool kRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::cmd_ls

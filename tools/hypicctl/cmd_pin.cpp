@@ -5,7 +5,8 @@
 #include "tools/hypicctl/command.h"
 #include "tools/hypicctl/daemon.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::cmd_pin {
 namespace {
 
 struct PinOptions {
@@ -48,4 +49,4 @@ const bool kPin =
 const bool kUnpin = RegisterSubcommand("unpin", "Remove explicit pins", PinSetup(false));
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::cmd_pin

@@ -13,7 +13,8 @@
 #include "tools/hypicctl/command.h"
 #include "tools/hypicctl/table.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::cmd_stats {
 namespace {
 
 struct StatsOptions {
@@ -157,4 +158,4 @@ const bool kRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::cmd_stats

@@ -10,7 +10,8 @@
 #include "tools/hypicctl/progress_bar.h"
 #include "tools/hypicctl/table.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::cmd_verify {
 namespace {
 
 struct VerifyOptions {
@@ -93,4 +94,4 @@ const bool kRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::cmd_verify

@@ -12,7 +12,8 @@
 #include "tools/hypicctl/table.h"
 #include "tools/hypicctl/token_lines.h"
 
-namespace hypic::tools {
+// A namespace of its own: hypic-* tools compile as unity batches (cmake/HypicTargets.cmake).
+namespace hypic::tools::cmd_warm {
 namespace {
 
 struct WarmOptions {
@@ -89,4 +90,4 @@ const bool kRegistered = RegisterSubcommand(
     });
 
 }  // namespace
-}  // namespace hypic::tools
+}  // namespace hypic::tools::cmd_warm
