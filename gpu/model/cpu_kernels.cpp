@@ -161,10 +161,11 @@ CpuForwardKernels::~CpuForwardKernels() {
   if (kept.slots.empty() && bytes <= kKeptScratchBytes) kept = std::move(scratch_);
 }
 
-const float* CpuForwardKernels::WidenDeviceInput(DType dtype, const void*, int64_t n) {
+const float* CpuForwardKernels::WidenInput(DType dtype, const void*, MemoryKind memory, int64_t n) {
   if (status_.ok()) {
-    status_ = Internal(
-        fmt::format("a CPU pass was given {} {} elements in device memory", n, DTypeName(dtype)));
+    status_ =
+        Internal(fmt::format("CpuForwardKernels::WidenInput of {} {} elements in {} memory", n,
+                             DTypeName(dtype), memory == MemoryKind::kDevice ? "device" : "host"));
   }
   return nullptr;
 }

@@ -55,7 +55,7 @@ class CpuForwardKernels final : public ForwardKernels {
     return {host.dtype(), host.data(), host.packed()};
   }
   const float* Input(const float* host, int64_t) override { return host; }
-  const float* WidenDeviceInput(DType dtype, const void* data, int64_t n) override;
+  const float* WidenInput(DType dtype, const void* data, MemoryKind memory, int64_t n) override;
   float* Mirror(float* host, int64_t, bool) override { return host; }
   const float* ToHost(const float* data, int64_t, std::vector<float>*) override { return data; }
   Status Finish() override { return status_; }

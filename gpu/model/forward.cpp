@@ -63,17 +63,21 @@ float* Model::Pass::CaptureBuffer(const TensorView& view) {
 
 const float* Model::Pass::EntryInput(const EntryTensor& t, int64_t n) {
   // CheckEntry let a device-resident tensor through only on this pass's own device.
-  if (t.view.memory() == MemoryKind::kDevice) {
-    if (t.view.dtype() == DType::kF32) return t.view.data_as<const float>();
-    return kernels_->WidenDeviceInput(t.view.dtype(), t.view.data(), n);
+  const bool on_device = t.view.memory() == MemoryKind::kDevice;
+  if (t.view.dtype() == DType::kF32) {
+    const float* f32 = t.view.data_as<const float>();
+    return on_device ? f32 : kernels_->Input(f32, n);
   }
-  if (t.view.dtype() == DType::kF32) return kernels_->Input(t.view.data_as<const float>(), n);
+  // A device widens bf16/f16 itself (host tensors go up in their narrow dtype); the CPU below.
+  if (on_device || device_.kind != gpu::BackendKind::kCpu) {
+    return kernels_->WidenInput(t.view.dtype(), t.view.data(), t.view.memory(), n);
+  }
   if (widened_used_ == widened_.size()) widened_.emplace_back();
   UninitializedVector<float>& buf = widened_[widened_used_++];
   buf.resize(static_cast<size_t>(n));
   // Entry tensors are validated (IsEntryDType) before a pass sees them.
   ConvertOnComputeThreads(t.view.dtype(), t.view.data(), DType::kF32, buf.data(), n);
-  return kernels_->Input(buf.data(), n);
+  return buf.data();  // host memory is the CPU kernels' own
 }
 
 Status Model::Pass::FinishPass() {
@@ -158,8 +162,8 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits,
     MlpLayer(li, xn, y);
     k.Add(x, y, rows * h);
     HYPIC_RETURN_IF_ERROR(k.status());
-    // On the CPU a step is done with its inputs when it returns (forward_kernels.h).
-    if (device_.kind == gpu::BackendKind::kCpu) widened_used_ = 0;
+    // A CPU step is done with its inputs when it returns (forward_kernels.h).
+    widened_used_ = 0;
   }
   state_.n_positions = end_pos_;
   if (logits == nullptr) return FinishPass();

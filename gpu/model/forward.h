@@ -143,8 +143,8 @@ class Model::Pass {
   std::vector<CaptureTensors> capture_;
   std::vector<Rounding> roundings_;
 
-  // fp32 widenings of bf16/f16 entry tensors. The kernels may read them until Finish; on the
-  // CPU they are done reading when a step returns, so the buffers are reused from layer to
+  // The CPU's fp32 widenings of bf16/f16 entry tensors (a device widens its own: WidenInput).
+  // A CPU step is done reading them when it returns, so the buffers are reused from layer to
   // layer (widened_used_ resets) instead of holding a widened copy of every entry.
   std::vector<UninitializedVector<float>> widened_;  // every element written before read
   size_t widened_used_ = 0;

@@ -124,11 +124,13 @@ class ForwardKernels {
   virtual DeviceWeight Weight(const WeightTensor& host) = 0;
   // Host data the pass only reads; valid until Finish.
   virtual const float* Input(const float* host, int64_t n) = 0;
-  // n elements of `dtype` (BF16 or F16) already in this backend's device memory (an entry
-  // tensor the HBM tier holds on the pass's device), widened to fp32 there by a kernel; valid
-  // until Finish. The CPU backend has no device memory: it records an error (Model::CheckEntry
-  // lets no device tensor into a CPU pass).
-  virtual const float* WidenDeviceInput(DType dtype, const void* data, int64_t n) = 0;
+  // n elements of `dtype` (BF16 or F16) the pass only reads, widened to fp32 in the backend's
+  // memory; valid until Finish. `data` is in this backend's device memory (an entry tensor the
+  // HBM tier holds on the pass's device) or host memory (`memory`); a device backend uploads
+  // host data in their narrow dtype, half the bytes of fp32, and widens them with a kernel.
+  // The CPU widens host data itself (Model::Pass) and has no device memory (Model::CheckEntry
+  // lets no device tensor into a CPU pass): its WidenInput records an error.
+  virtual const float* WidenInput(DType dtype, const void* data, MemoryKind memory, int64_t n) = 0;
   // Host data the pass updates (`read`: its current contents are needed) or only writes; the
   // backend's copy is written back to `host` by Finish.
   virtual float* Mirror(float* host, int64_t n, bool read) = 0;

@@ -329,14 +329,16 @@ class CudaForwardKernels final : public ForwardKernels {
 
   const float* Input(const float* host, int64_t n) override { return Upload(host, n); }
 
-  const float* WidenDeviceInput(DType dtype, const void* data, int64_t n) override {
+  const float* WidenInput(DType dtype, const void* data, MemoryKind memory, int64_t n) override {
     if (dtype != DType::kBF16 && dtype != DType::kF16) {
-      Record(Internal("WidenDeviceInput of " + std::string(DTypeName(dtype)) + " elements"));
+      Record(Internal("WidenInput of " + std::string(DTypeName(dtype)) + " elements"));
       return nullptr;
     }
+    const auto* narrow = memory == MemoryKind::kDevice
+                             ? static_cast<const uint16_t*>(data)
+                             : Upload(static_cast<const uint16_t*>(data), n);
     float* wide = Alloc<float>(n);
-    if (wide == nullptr) return nullptr;
-    const auto* narrow = static_cast<const uint16_t*>(data);
+    if (narrow == nullptr || wide == nullptr) return nullptr;
     if (dtype == DType::kBF16) {
       Launch(WidenKernel<true>, n, narrow, n, wide);
     } else {
