@@ -22,7 +22,8 @@ staged=$root/gpu-check          # what travels: pack.tar.xz
 pack=${GPU_CHECK_DIR:-/tmp/hypic-gpu-check}   # where it is unpacked (stage builds it here too)
 tests=(backend_test linear_cuda_conformance_test linear_chunk_math_test model_cuda_forward_test
        model_attention_tile_math_test runtime_worker_test runtime_transport_test
-       runtime_miss_scheduler_test runtime_cold_compose_test device_e2e_test)
+       runtime_miss_scheduler_test runtime_cold_compose_test device_e2e_test
+       model_entry_precision_test tier_test)
 tools=(hypicd hypic-bench)
 max_mib=60
 
