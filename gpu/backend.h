@@ -38,6 +38,7 @@ class Buffer {
  public:
   virtual ~Buffer() = default;
   virtual void* data() = 0;
+  virtual const void* data() const = 0;
   virtual size_t size() const = 0;
   virtual MemoryKind memory() const = 0;
   virtual int device() const = 0;

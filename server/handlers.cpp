@@ -560,11 +560,7 @@ Result<Handlers::EntryPtr> Handlers::Lookup(const SegmentKey& key, protocol::Tie
     return handle.status();
   }
   *tier = WireTier(*probe.tiers[0]);
-  if ((*handle)->device != nullptr && (*handle)->device->device() != combine_device_.index) {
-    // Another device's copy (not one this daemon makes): read back to the host, verified.
-    HYPIC_ASSIGN_OR_RETURN(auto bytes, storage::CopyToHost(**handle));
-    return storage::Parse(std::move(bytes));
-  }
+  // The only device copies are the HBM tier's, on the combine device (server.cpp).
   return storage::ParseHandle(*handle);
 }
 

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "core/logging.h"
 #include "gpu/cpu/compute_threads.h"
@@ -151,23 +152,26 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
   // threads' passes (the combine); without one (devices = cpu, or auto on a machine or build
   // without CUDA) the pool is CPU workers, exactly the CPU-only daemon.
   gpu::Backend* cuda = gpu::FindBackend(gpu::BackendKind::kCuda);
-  HYPIC_ASSIGN_OR_RETURN(runtime::DeviceSelection selection,
-                         runtime::DeviceSelection::Parse(c.devices));
   const int visible = cuda != nullptr && model::CudaModelKernelsBuilt() ? cuda->DeviceCount() : 0;
-  auto gpus = runtime::ResolveCudaDevices(selection, visible);
-  if (!gpus.ok()) return gpus.status().WithContext("config key 'devices'");
-  const bool compute_on_gpus = c.model != "none" && !gpus->empty();
+  std::vector<int> gpus;  // none without a model: nothing is computed
+  if (c.model != "none") {
+    HYPIC_ASSIGN_OR_RETURN(runtime::DeviceSelection selection,
+                           runtime::DeviceSelection::Parse(c.devices));
+    auto resolved = runtime::ResolveCudaDevices(selection, visible);
+    if (!resolved.ok()) return resolved.status().WithContext("config key 'devices'");
+    gpus = std::move(resolved).value();
+  }
 
   // The store: HBM -> host RAM -> SSD, each present when its capacity is > 0. The HBM tier is
   // on the combine device, where a COMPOSE reads its entries in place, and new entries go there
   // first (evicted ones move down to host RAM, then SSD). A daemon that composes on the CPU
   // keeps no HBM tier: its device copies would only be copied back for every read.
   std::unique_ptr<storage::Tier> hbm, host, ssd;
-  if (c.hbm_capacity.value_or(0) > 0 && compute_on_gpus) {
+  if (c.hbm_capacity.value_or(0) > 0 && !gpus.empty()) {
     // At most half of what the combine device has free beside the model's weights (uploaded at
     // its first pass): the other half is the passes' working memory.
     uint64_t capacity = *c.hbm_capacity;
-    auto info = cuda->QueryDevice(gpus->front());
+    auto info = cuda->QueryDevice(gpus.front());
     const uint64_t weights = s->model_->resident_weight_bytes();
     const uint64_t room =
         info.ok() && info->free_memory > weights ? (info->free_memory - weights) / 2 : 0;
@@ -175,15 +179,15 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
       HYPIC_LOG_WARN(
           "config key 'hbm_capacity': {:.1f} MiB do not fit beside the model on cuda:{}; the "
           "hbm tier takes {:.1f} MiB (half of the free memory the weights leave)",
-          capacity / 1048576.0, gpus->front(), room / 1048576.0);
+          capacity / 1048576.0, gpus.front(), room / 1048576.0);
       capacity = room;
     }
     if (capacity > 0) {
-      auto tier = storage::HbmTier::Create(*cuda, gpus->front(), capacity);
+      auto tier = storage::HbmTier::Create(*cuda, gpus.front(), capacity);
       if (!tier.ok()) return tier.status().WithContext("config key 'hbm_capacity'");
       hbm = std::move(tier).value();
       HYPIC_LOG_INFO("store: hbm tier of {:.1f} MiB on cuda:{}", capacity / 1048576.0,
-                     gpus->front());
+                     gpus.front());
     }
   } else if (c.hbm_capacity.value_or(0) > 0) {
     HYPIC_LOG_WARN("config key 'hbm_capacity' ignored: this daemon composes on the CPU ({})",
@@ -230,22 +234,22 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
 
   if (c.model != "none") {
     runtime::PoolOptions po;
-    if (gpus->empty()) {
+    if (gpus.empty()) {
       po.kind = gpu::BackendKind::kCpu;
       po.cpu_workers = static_cast<int>(c.prefill_workers);
       HYPIC_LOG_INFO("devices: cpu ({}; {} CUDA device(s) usable)", c.devices, visible);
     } else {
       po.kind = gpu::BackendKind::kCuda;
-      po.cuda_devices = *gpus;
+      po.cuda_devices = gpus;
       po.cpu_workers = static_cast<int>(c.cpu_workers_with_gpu);
-      s->combine_device_ = {gpu::BackendKind::kCuda, gpus->front()};
-      for (int d : *gpus) {
+      s->combine_device_ = {gpu::BackendKind::kCuda, gpus.front()};
+      for (int d : gpus) {
         auto info = cuda->QueryDevice(d);
         HYPIC_LOG_INFO("devices: cuda:{} {} ({:.1f} GiB, sm_{}{}){}", d,
                        info.ok() ? info->name : "?",
                        info.ok() ? info->total_memory / 1073741824.0 : 0.0,
                        info.ok() ? info->compute_major : 0, info.ok() ? info->compute_minor : 0,
-                       d == gpus->front() ? ", combine" : "");
+                       d == gpus.front() ? ", combine" : "");
       }
       HYPIC_LOG_INFO("devices: {} CPU prefill worker(s) beside the GPUs", po.cpu_workers);
     }

@@ -45,7 +45,6 @@ Result<TierEntry> HbmTier::Store(const TierEntry& entry) {
   out.device = copy->buffer.get();
   out.backend = &backend_;
   out.device_prefix = copy->prefix.span();
-  out.device_data = static_cast<const std::byte*>(copy->buffer->data());
   out.owner = std::move(copy);
   return out;
 }

@@ -30,8 +30,9 @@ Result<EntryHandle> MakeHostHandle(std::shared_ptr<const HostBuffer> bytes) {
 Result<std::shared_ptr<const SegmentEntry>> ParseHandle(const EntryHandle& handle) {
   if (handle == nullptr) return BadRequest("null entry handle");
   if (handle->device == nullptr) return ParseView(handle->host, handle);
-  return ParseDeviceView(handle->device_prefix, handle->device_data, handle->device->memory(),
-                         handle->device->device(), handle);
+  const gpu::Buffer& device = *handle->device;
+  return ParseDeviceView(handle->device_prefix, static_cast<const std::byte*>(device.data()),
+                         device.memory(), device.device(), handle);
 }
 
 Result<std::shared_ptr<const HostBuffer>> CopyToHost(const TierEntry& entry) {

@@ -46,9 +46,8 @@ struct TierEntry {
   const gpu::Buffer* device = nullptr;
   gpu::Backend* backend = nullptr;
   // With a device copy: a host copy of the entry's prefix (header through tensor table,
-  // EntryDataOffset bytes) and the copy's first byte in device memory, for ParseHandle.
+  // EntryDataOffset bytes), for ParseHandle.
   std::span<const std::byte> device_prefix;
-  const std::byte* device_data = nullptr;
   // Keeps the memory above alive; shared with every handle.
   std::shared_ptr<const void> owner;
 };

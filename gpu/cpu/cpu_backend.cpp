@@ -20,7 +20,7 @@ class CpuBuffer final : public Buffer {
   size_t size() const override { return buf_.size(); }
   MemoryKind memory() const override { return MemoryKind::kHost; }
   int device() const override { return 0; }
-  const void* cdata() const { return buf_.data(); }
+  const void* data() const override { return buf_.data(); }
 
  private:
   HostBuffer buf_;
@@ -97,14 +97,14 @@ class CpuBackendImpl final : public Backend {
                         Stream&) override {
     HYPIC_RETURN_IF_ERROR(CheckRange(src_offset, bytes, src.size()));
     const auto& cpu = static_cast<const CpuBuffer&>(src);
-    if (bytes) std::memcpy(dst, static_cast<const std::byte*>(cpu.cdata()) + src_offset, bytes);
+    if (bytes) std::memcpy(dst, static_cast<const std::byte*>(cpu.data()) + src_offset, bytes);
     return Status::Ok();
   }
 
   Status Axpy(float alpha, const Buffer& x, Buffer& y, size_t n, Stream&) override {
     HYPIC_RETURN_IF_ERROR(CheckRange(0, n * sizeof(float), x.size()));
     HYPIC_RETURN_IF_ERROR(CheckRange(0, n * sizeof(float), y.size()));
-    const float* xs = static_cast<const float*>(static_cast<const CpuBuffer&>(x).cdata());
+    const float* xs = static_cast<const float*>(static_cast<const CpuBuffer&>(x).data());
     float* ys = static_cast<float*>(y.data());
     for (size_t i = 0; i < n; ++i) ys[i] = alpha * xs[i] + ys[i];
     return Status::Ok();

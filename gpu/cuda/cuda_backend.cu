@@ -32,7 +32,7 @@ class CudaBuffer final : public Buffer {
     }
   }
   void* data() override { return p_; }
-  const void* cdata() const { return p_; }
+  const void* data() const override { return p_; }
   size_t size() const override { return size_; }
   MemoryKind memory() const override { return memory_; }
   int device() const override { return device_; }
@@ -150,8 +150,8 @@ class CudaBackendImpl final : public Backend {
     const auto& b = static_cast<const CudaBuffer&>(src);
     ScopedDevice on(s.device());
     HYPIC_RETURN_IF_ERROR(on.status());
-    HYPIC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        dst, static_cast<const char*>(b.cdata()) + src_offset, bytes, cudaMemcpyDefault, s.get()));
+    HYPIC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, static_cast<const char*>(b.data()) + src_offset,
+                                               bytes, cudaMemcpyDefault, s.get()));
     return Status::Ok();
   }
 
@@ -179,7 +179,7 @@ class CudaBackendImpl final : public Backend {
     int threads = 256;
     int blocks = static_cast<int>((n + threads - 1) / threads);
     if (blocks > 4096) blocks = 4096;
-    AxpyKernel<<<blocks, threads, 0, s.get()>>>(alpha, static_cast<const float*>(xb.cdata()),
+    AxpyKernel<<<blocks, threads, 0, s.get()>>>(alpha, static_cast<const float*>(xb.data()),
                                                 static_cast<float*>(y.data()), n);
     HYPIC_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::Ok();

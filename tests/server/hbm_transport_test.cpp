@@ -59,7 +59,7 @@ TEST_CASE("HbmTransport delivers the store's HBM copy in place, else a host copy
   auto handle = (*store)->Get(stored->key(), storage::Access::kDevice);
   REQUIRE_OK(handle);
   REQUIRE((*handle)->device != nullptr);
-  const auto* base = (*handle)->device_data;
+  const auto* base = static_cast<const std::byte*>((*handle)->device->data());
   const auto* first = static_cast<const std::byte*>((*delivered)->tensors().front().view.data());
   CHECK(first >= base);
   CHECK(first < base + (*handle)->info.bytes);

@@ -93,7 +93,7 @@ void ExerciseDeviceTier(gpu::Backend& backend) {
   REQUIRE_OK(original);
   CHECK((*in_place)->key() == (*original)->key());
   REQUIRE((*in_place)->tensors().size() == (*original)->tensors().size());
-  const auto* device_base = static_cast<const std::byte*>((*got)->device_data);
+  const auto* device_base = static_cast<const std::byte*>((*got)->device->data());
   for (const EntryTensor& t : (*original)->tensors()) {
     const EntryTensor* u = (*in_place)->Find(t.layer, t.kind);
     REQUIRE(u != nullptr);
