@@ -24,10 +24,19 @@
 namespace hypic::model {
 namespace {
 
+// dst [rows, cols] = bf16(x) (row stride ldx), rows split over the compute threads.
+void RoundRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, uint16_t* dst) {
+  cpu::ParallelFor(rows, 64, [&](int64_t r0, int64_t r1) {
+    cpu::ConvertRowsToBf16(x + r0 * ldx, ldx, r1 - r0, cols, dst + r0 * cols, cols);
+  });
+}
+
 // y[m, n] = x[m, k] * w[n, k]^T (+ y): fp32, or with bf16 weights (plain or packed) x rounded
-// to bf16 (into *x16 where the GEMM reads it so) and an fp32-accumulating bf16 GEMM.
-void LinearGemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, DeviceWeight w,
-                int64_t ldw, float* y, int64_t ldy, bool accumulate, std::vector<uint16_t>* x16) {
+// to bf16 and an fp32-accumulating bf16 GEMM. The rounding is `a16` where given (row stride
+// k), else made here (into *x16 where the GEMM reads it so).
+void LinearGemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const uint16_t* a16,
+                DeviceWeight w, int64_t ldw, float* y, int64_t ldy, bool accumulate,
+                std::vector<uint16_t>* x16) {
   const float beta = accumulate ? 1.0f : 0.0f;
   if (w.dtype != DType::kBF16) {
     cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, m, n, k, 1.0f, x, ldx,
@@ -37,15 +46,19 @@ void LinearGemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, De
   if (w.packed != nullptr) {
     // A packed weight is always used whole: [n, k] with ldw == k (forward.cpp's projections).
     assert(w.packed->n() == n && w.packed->k() == k && ldw == k);
-    cpu::GemmRoundingA(m, 1.0f, x, ldx, *w.packed, beta, y, ldy, x16);
+    if (a16 != nullptr) {
+      cpu::Gemm(m, 1.0f, a16, k, *w.packed, beta, y, ldy);
+    } else {
+      cpu::GemmRoundingA(m, 1.0f, x, ldx, *w.packed, beta, y, ldy, x16);
+    }
     return;
   }
-  if (x16->size() < static_cast<size_t>(m * k)) x16->resize(static_cast<size_t>(m * k));
-  uint16_t* xb = x16->data();
-  cpu::ParallelFor(m, 64, [&](int64_t r0, int64_t r1) {
-    cpu::ConvertRowsToBf16(x + r0 * ldx, ldx, r1 - r0, k, xb + r0 * k, k);
-  });
-  cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, m, n, k, 1.0f, xb, k,
+  if (a16 == nullptr) {
+    if (x16->size() < static_cast<size_t>(m * k)) x16->resize(static_cast<size_t>(m * k));
+    RoundRows(x, ldx, m, k, x16->data());
+    a16 = x16->data();
+  }
+  cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, m, n, k, 1.0f, a16, k,
             static_cast<const uint16_t*>(w.data), ldw, beta, y, ldy);
 }
 
@@ -153,7 +166,7 @@ CpuForwardKernels::CpuForwardKernels() : scratch_(std::exchange(ThreadScratch(),
 
 CpuForwardKernels::~CpuForwardKernels() {
   constexpr size_t kKeptScratchBytes = size_t{2048} << 20;
-  size_t bytes = scratch_.x_bf16.capacity() * sizeof(uint16_t) +
+  size_t bytes = (scratch_.x_bf16.capacity() + scratch_.rows_bf16.capacity()) * sizeof(uint16_t) +
                  scratch_.kv_pack.capacity() * sizeof(uint32_t);
   for (const Buffer& b : scratch_.slots) bytes += static_cast<size_t>(b.capacity) * sizeof(float);
   for (const auto& v : scratch_.expert_out) bytes += v.capacity() * sizeof(float);
@@ -234,13 +247,37 @@ void CpuForwardKernels::Embed(DeviceWeight table, std::span<const uint32_t> toke
 }
 
 void CpuForwardKernels::Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx,
-                             DeviceWeight w, int64_t ldw, float* y, int64_t ldy, bool accumulate) {
-  LinearGemm(m, n, k, x, ldx, w, ldw, y, ldy, accumulate, &scratch_.x_bf16);
+                             DeviceWeight w, int64_t ldw, float* y, int64_t ldy, bool accumulate,
+                             const uint16_t* x16) {
+  LinearGemm(m, n, k, x, ldx, x16, w, ldw, y, ldy, accumulate, &scratch_.x_bf16);
+}
+
+const uint16_t* CpuForwardKernels::Bf16Rows(const float* x, int64_t ldx, int64_t rows,
+                                            int64_t cols) {
+  // Without oneDNN's bf16 matmul, RowStableGemm rounds A as it packs it, at no extra pass.
+  if (!cpu::DescribeGemm().bf16_native) return nullptr;
+  std::vector<uint16_t>& buf = scratch_.rows_bf16;
+  if (buf.size() < static_cast<size_t>(rows * cols)) buf.resize(static_cast<size_t>(rows * cols));
+  RoundRows(x, ldx, rows, cols, buf.data());
+  return buf.data();
 }
 
 void CpuForwardKernels::RmsNorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
                                 int64_t rows, int64_t dim, float eps) {
   RmsNormZeroCentred(x, ldx, w, y, ldy, rows, dim, eps);
+}
+
+void CpuForwardKernels::AddRmsNorm(float* x, const float* y, const float* w, float* xn,
+                                   int64_t rows, int64_t dim, float eps) {
+  // The same sums as Add then RmsNorm, with each row normalised while it is in L1.
+  cpu::ParallelFor(rows, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* xr = x + r * dim;
+      const float* yr = y + r * dim;
+      for (int64_t i = 0; i < dim; ++i) xr[i] += yr[i];
+      RmsNormZeroCentredRow(xr, w, xn + r * dim, dim, eps);
+    }
+  });
 }
 
 void CpuForwardKernels::GatedRmsNorm(float* o, const float* z, int64_t ldz, const float* w,
@@ -407,7 +444,18 @@ void CpuForwardKernels::MoeExperts(const MoeArgs& a) {
     if (status_.ok()) status_ = Internal("MoE top_k out of [1, experts]");
     return;
   }
-  // Group the rows by expert, in row order: each expert runs as one GEMM pair over its rows.
+  // Route every row (over the compute threads), then group the rows by expert, in row order:
+  // each expert runs as one GEMM pair over its rows.
+  std::vector<int32_t>& chosen = scratch_.chosen;
+  std::vector<float>& chosen_weights = scratch_.chosen_weights;
+  chosen.resize(static_cast<size_t>(a.rows * top));
+  chosen_weights.resize(static_cast<size_t>(a.rows * top));
+  cpu::ParallelFor(a.rows, 256, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      RouteRow(a.logits + r * ne, ne, top, a.norm_topk_prob, chosen.data() + r * top,
+               chosen_weights.data() + r * top);
+    }
+  });
   auto& rows = scratch_.expert_rows;
   auto& weights = scratch_.expert_weights;
   rows.resize(static_cast<size_t>(ne));
@@ -416,15 +464,10 @@ void CpuForwardKernels::MoeExperts(const MoeArgs& a) {
     rows[static_cast<size_t>(e)].clear();
     weights[static_cast<size_t>(e)].clear();
   }
-  std::vector<int32_t> chosen(static_cast<size_t>(top));
-  std::vector<float> weight(static_cast<size_t>(top));
-  for (int64_t r = 0; r < a.rows; ++r) {
-    RouteRow(a.logits + r * ne, ne, top, a.norm_topk_prob, chosen.data(), weight.data());
-    for (int j = 0; j < top; ++j) {
-      const auto e = static_cast<size_t>(chosen[static_cast<size_t>(j)]);
-      rows[e].push_back(r);
-      weights[e].push_back(weight[static_cast<size_t>(j)]);
-    }
+  for (int64_t i = 0; i < a.rows * top; ++i) {
+    const auto e = static_cast<size_t>(chosen[static_cast<size_t>(i)]);
+    rows[e].push_back(i / top);
+    weights[e].push_back(chosen_weights[static_cast<size_t>(i)]);
   }
   std::vector<ExpertWork> work;
   for (int64_t e = 0; e < ne; ++e) {
@@ -433,17 +476,17 @@ void CpuForwardKernels::MoeExperts(const MoeArgs& a) {
     work.push_back({ew.gate_up, ew.down, a.intermediate, rows[static_cast<size_t>(e)],
                     weights[static_cast<size_t>(e)]});
   }
-  Fill(a.y, a.rows * a.hidden, 0.0f);
-  RoutedExperts(a.x, work, a.hidden, a.y);
+  RoutedExperts(a.x, a.x16, work, a.hidden, a.rows, a.y, /*accumulate=*/false);
 }
 
-void CpuForwardKernels::RoutedExperts(const float* x, std::span<const ExpertWork> experts,
-                                      int64_t hidden, float* y) {
+void CpuForwardKernels::RoutedExperts(const float* x, const uint16_t* x16,
+                                      std::span<const ExpertWork> experts, int64_t hidden,
+                                      int64_t rows, float* y, bool accumulate) {
   // Few rows per expert (a compose, a decode step): each expert on one thread, side by side.
   // Many (a prefill): one expert after another with the whole budget, whose GEMMs split well
   // and stay balanced however unevenly the router spread the rows. Either way each expert's
-  // output goes to a buffer of its own, then into y in expert order (a row routed to two
-  // experts gets both sums in the same order as one by one).
+  // output goes to a buffer of its own, then into y row by row in expert order (a row routed
+  // to two experts gets both sums in the same order as one by one).
   constexpr int64_t kGroupedBelowRows = 128;  // mean rows per expert
   const auto ne = static_cast<int64_t>(experts.size());
   int64_t routed = 0;
@@ -455,36 +498,56 @@ void CpuForwardKernels::RoutedExperts(const float* x, std::span<const ExpertWork
     // The running thread's buffers, kept between calls (growing a vector zero-fills it). The
     // nested loops below may run on other threads: they reach these through the pointers.
     thread_local std::vector<float> gathered_kept, gate_up_kept;
-    thread_local std::vector<uint16_t> x16_kept;
+    thread_local std::vector<uint16_t> gathered16_kept, x16_kept;
     std::vector<float>* const gathered_buf = &gathered_kept;
+    std::vector<uint16_t>* const gathered16_buf = &gathered16_kept;
     std::vector<float>* const gate_up_buf = &gate_up_kept;
-    std::vector<uint16_t>* const x16 = &x16_kept;
+    std::vector<uint16_t>* const x16_buf = &x16_kept;
     for (int64_t e = e0; e < e1; ++e) {
       const ExpertWork& w = experts[static_cast<size_t>(e)];
       const auto n = static_cast<int64_t>(w.rows.size());
       const int64_t im = w.intermediate;
-      if (gathered_buf->size() < static_cast<size_t>(n * hidden)) {
-        gathered_buf->resize(static_cast<size_t>(n * hidden));
-      }
-      float* const gathered = gathered_buf->data();
-      cpu::ParallelFor(n, 64, [&](int64_t j0, int64_t j1) {
-        for (int64_t j = j0; j < j1; ++j) {
-          std::memcpy(gathered + j * hidden, x + w.rows[static_cast<size_t>(j)] * hidden,
-                      static_cast<size_t>(hidden) * sizeof(float));
+      // The expert's rows of x, or of its bf16 rounding (half the bytes, no rounding pass).
+      const float* gathered = nullptr;
+      const uint16_t* gathered16 = nullptr;
+      if (x16 != nullptr && w.gate_up.dtype == DType::kBF16) {
+        if (gathered16_buf->size() < static_cast<size_t>(n * hidden)) {
+          gathered16_buf->resize(static_cast<size_t>(n * hidden));
         }
-      });
+        uint16_t* const dst = gathered16_buf->data();
+        cpu::ParallelFor(n, 64, [&](int64_t j0, int64_t j1) {
+          for (int64_t j = j0; j < j1; ++j) {
+            std::memcpy(dst + j * hidden, x16 + w.rows[static_cast<size_t>(j)] * hidden,
+                        static_cast<size_t>(hidden) * sizeof(uint16_t));
+          }
+        });
+        gathered16 = dst;
+      } else {
+        if (gathered_buf->size() < static_cast<size_t>(n * hidden)) {
+          gathered_buf->resize(static_cast<size_t>(n * hidden));
+        }
+        float* const dst = gathered_buf->data();
+        cpu::ParallelFor(n, 64, [&](int64_t j0, int64_t j1) {
+          for (int64_t j = j0; j < j1; ++j) {
+            std::memcpy(dst + j * hidden, x + w.rows[static_cast<size_t>(j)] * hidden,
+                        static_cast<size_t>(hidden) * sizeof(float));
+          }
+        });
+        gathered = dst;
+      }
       if (gate_up_buf->size() < static_cast<size_t>(n * 2 * im)) {
         gate_up_buf->resize(static_cast<size_t>(n * 2 * im));
       }
       float* const gate_up = gate_up_buf->data();
-      LinearGemm(n, 2 * im, hidden, gathered, hidden, w.gate_up, hidden, gate_up, 2 * im, false,
-                 x16);
+      LinearGemm(n, 2 * im, hidden, gathered, hidden, gathered16, w.gate_up, hidden, gate_up,
+                 2 * im, false, x16_buf);
       cpu::ParallelFor(n, 32, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) SwiGluRow(gate_up + r * 2 * im, im);
       });
       std::vector<float>& out = outs[static_cast<size_t>(e)];
       if (out.size() < static_cast<size_t>(n * hidden)) out.resize(static_cast<size_t>(n * hidden));
-      LinearGemm(n, hidden, im, gate_up, 2 * im, w.down, im, out.data(), hidden, false, x16);
+      LinearGemm(n, hidden, im, gate_up, 2 * im, nullptr, w.down, im, out.data(), hidden, false,
+                 x16_buf);
     }
   };
   if (grouped) {
@@ -492,19 +555,41 @@ void CpuForwardKernels::RoutedExperts(const float* x, std::span<const ExpertWork
   } else {
     run(0, ne);
   }
-  for (int64_t e = 0; e < ne; ++e) {
-    const ExpertWork& w = experts[static_cast<size_t>(e)];
-    const std::vector<float>& out = outs[static_cast<size_t>(e)];
-    // The rows of one expert are distinct, so they update y independently.
-    cpu::ParallelFor(static_cast<int64_t>(w.rows.size()), 64, [&](int64_t j0, int64_t j1) {
-      for (int64_t j = j0; j < j1; ++j) {
-        float* yr = y + w.rows[static_cast<size_t>(j)] * hidden;
-        const float wgt = w.weights[static_cast<size_t>(j)];
-        const float* s = out.data() + j * hidden;
-        for (int64_t i = 0; i < hidden; ++i) yr[i] += wgt * s[i];
-      }
-    });
+  // Each row's (expert, index) entries in expert order, by a counting sort over the rows.
+  std::vector<int32_t>& offsets = scratch_.routed_offsets;
+  auto& entries = scratch_.routed;
+  offsets.assign(static_cast<size_t>(rows + 1), 0);
+  for (const ExpertWork& w : experts) {
+    for (const int64_t r : w.rows) ++offsets[static_cast<size_t>(r + 1)];
   }
+  for (int64_t r = 0; r < rows; ++r) {
+    offsets[static_cast<size_t>(r + 1)] += offsets[static_cast<size_t>(r)];
+  }
+  entries.resize(static_cast<size_t>(routed));
+  {
+    std::vector<int32_t> next(offsets.begin(), offsets.end() - 1);
+    for (int64_t e = 0; e < ne; ++e) {
+      const ExpertWork& w = experts[static_cast<size_t>(e)];
+      for (size_t j = 0; j < w.rows.size(); ++j) {
+        entries[static_cast<size_t>(next[static_cast<size_t>(w.rows[j])]++)] = {
+            static_cast<int32_t>(e), static_cast<int32_t>(j)};
+      }
+    }
+  }
+  cpu::ParallelFor(rows, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* yr = y + r * hidden;
+      if (!accumulate) std::fill(yr, yr + hidden, 0.0f);
+      for (int32_t i = offsets[static_cast<size_t>(r)]; i < offsets[static_cast<size_t>(r + 1)];
+           ++i) {
+        const auto [e, j] = entries[static_cast<size_t>(i)];
+        const ExpertWork& w = experts[static_cast<size_t>(e)];
+        const float wgt = w.weights[static_cast<size_t>(j)];
+        const float* s = outs[static_cast<size_t>(e)].data() + int64_t{j} * hidden;
+        for (int64_t c = 0; c < hidden; ++c) yr[c] += wgt * s[c];
+      }
+    }
+  });
 }
 
 void CpuForwardKernels::SharedExpertAdd(const float* x, const float* gate_w, const float* out,

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "gpu/model/forward_kernels.h"
@@ -63,9 +64,12 @@ class CpuForwardKernels final : public ForwardKernels {
 
   void Embed(DeviceWeight table, std::span<const uint32_t> tokens, int64_t dim, float* x) override;
   void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, DeviceWeight w,
-            int64_t ldw, float* y, int64_t ldy, bool accumulate) override;
+            int64_t ldw, float* y, int64_t ldy, bool accumulate, const uint16_t* x16) override;
+  const uint16_t* Bf16Rows(const float* x, int64_t ldx, int64_t rows, int64_t cols) override;
   void RmsNorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy, int64_t rows,
                int64_t dim, float eps) override;
+  void AddRmsNorm(float* x, const float* y, const float* w, float* xn, int64_t rows, int64_t dim,
+                  float eps) override;
   void GatedRmsNorm(float* o, const float* z, int64_t ldz, const float* w, int64_t rows,
                     int64_t heads, int64_t dim, float eps) override;
   void Add(float* x, const float* y, int64_t n) override;
@@ -89,11 +93,14 @@ class CpuForwardKernels final : public ForwardKernels {
   void SharedExpertAdd(const float* x, const float* gate_w, const float* out, float* y,
                        int64_t rows, int64_t dim) override;
 
-  // MoeExperts once routed, as one grouped step: for each expert e in order,
-  // y[r] += w * down(silu(gate(x[r])) * up(x[r])) over its rows r (x and y rows of `hidden`).
+  // MoeExperts once routed, as one grouped step: for each of the `rows` rows r of y (rows of
+  // `hidden`, as x's), y[r] = (accumulate ? y[r] : 0) + w * down(silu(gate(x[r])) * up(x[r]))
+  // summed over the experts that list r, in expert order. `x16` is x's Bf16Rows or nullptr.
   // The experts run side by side, each on one thread, when they have few rows; the sums into y
-  // still go in expert order, so the bits do not depend on the thread count.
-  void RoutedExperts(const float* x, std::span<const ExpertWork> experts, int64_t hidden, float* y);
+  // go row by row in expert order whatever the split, so the bits do not depend on the thread
+  // count.
+  void RoutedExperts(const float* x, const uint16_t* x16, std::span<const ExpertWork> experts,
+                     int64_t hidden, int64_t rows, float* y, bool accumulate);
 
  private:
   // Working buffers, uninitialised, kept by the thread between passes (ScratchSet in the .cpp):
@@ -110,7 +117,12 @@ class CpuForwardKernels final : public ForwardKernels {
   };
   struct ScratchSet {
     std::vector<Buffer> slots;
-    std::vector<uint16_t> x_bf16;                   // a bf16 GEMM's activations
+    std::vector<uint16_t> x_bf16;                     // a bf16 GEMM's activations
+    std::vector<uint16_t> rows_bf16;                  // Bf16Rows' copy
+    std::vector<int32_t> routed_offsets;              // RoutedExperts: per row, its entries
+    std::vector<std::pair<int32_t, int32_t>> routed;  // ... as (expert, index in its rows)
+    std::vector<int32_t> chosen;                      // MoeExperts' routing, [rows, top_k]
+    std::vector<float> chosen_weights;
     std::vector<std::vector<float>> expert_out;     // RoutedExperts' per-expert outputs
     std::vector<std::vector<int64_t>> expert_rows;  // MoeExperts' routing, per expert
     std::vector<std::vector<float>> expert_weights;

@@ -149,18 +149,23 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits,
   float* xn = Scratch(kXn, rows * h);
   float* y = Scratch(kY, rows * h);
   k.Embed(Weight(w.embed), tokens_, h, x);
+  k.RmsNorm(x, h, Weight(w.layers.front().input_norm), xn, h, rows, h, eps);
   for (int64_t li = 0; li < c.num_layers; ++li) {
     const LayerWeights& lw = w.layers[static_cast<size_t>(li)];
-    k.RmsNorm(x, h, Weight(lw.input_norm), xn, h, rows, h, eps);
+    // xn holds this layer's input norm of x here (each residual step makes the next norm).
     const LayerOut out = c.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear
                              ? GdnLayer(li, xn, y)
                              : AttentionLayer(li, xn, y);
     // The layer's state is final here: it leaves before the MLP and the later layers run.
     if (on_layer) HYPIC_RETURN_IF_ERROR(EmitLayer(li, out, on_layer));
-    k.Add(x, y, rows * h);
-    k.RmsNorm(x, h, Weight(lw.post_norm), xn, h, rows, h, eps);
+    k.AddRmsNorm(x, y, Weight(lw.post_norm), xn, rows, h, eps);
     MlpLayer(li, xn, y);
-    k.Add(x, y, rows * h);
+    if (li + 1 < c.num_layers) {
+      k.AddRmsNorm(x, y, Weight(w.layers[static_cast<size_t>(li) + 1].input_norm), xn, rows, h,
+                   eps);
+    } else {
+      k.Add(x, y, rows * h);
+    }
     HYPIC_RETURN_IF_ERROR(k.status());
     // A CPU step is done with its inputs when it returns (forward_kernels.h).
     widened_used_ = 0;
@@ -378,11 +383,12 @@ Model::Pass::LayerOut Model::Pass::AttentionLayer(int64_t li, const float* xn, f
   return {kc, vc};
 }
 
-void Model::Pass::SwiGlu(const MlpWeights& m, const float* x, int64_t rows, float* out) {
+void Model::Pass::SwiGlu(const MlpWeights& m, const float* x, const uint16_t* x16, int64_t rows,
+                         float* out) {
   ForwardKernels& k = *kernels_;
   const int64_t h = model_.config_.hidden_size, im = m.intermediate;
   float* gu = Scratch(kGateUp, rows * 2 * im);
-  k.Gemm(rows, 2 * im, h, x, h, Weight(m.gate_up), h, gu, 2 * im);
+  k.Gemm(rows, 2 * im, h, x, h, Weight(m.gate_up), h, gu, 2 * im, false, x16);
   // The activation overwrites the gate half in place; down reads it with stride 2*im.
   k.SwiGlu(gu, rows, im);
   k.Gemm(rows, h, im, gu, 2 * im, Weight(m.down), im, out, h);
@@ -394,18 +400,21 @@ void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {
   const LayerWeights& lw = model_.weights_.layers[static_cast<size_t>(li)];
   const int64_t rows = live_tokens(), h = c.hidden_size;
   if (c.mlp_kinds[static_cast<size_t>(li)] == MlpKind::kDense) {
-    SwiGlu(lw.dense, xn, rows, y);
+    SwiGlu(lw.dense, xn, nullptr, rows, y);
     return;
   }
   const MoeWeights& m = lw.moe;
   const int64_t ne = c.num_experts, top = c.experts_per_token;
+  // The router, the routed experts and the shared expert all read xn: rounded to bf16 once.
+  const uint16_t* xn16 = k.Bf16Rows(xn, h, rows, h);
   float* router = Scratch(kRouter, rows * ne);
-  k.Gemm(rows, ne, h, xn, h, Weight(m.router), h, router, ne);
+  k.Gemm(rows, ne, h, xn, h, Weight(m.router), h, router, ne, false, xn16);
   // Routing (fp32 softmax, top-k, renormalised when norm_topk_prob) and the experts in one
   // step, so a device routes without a host round trip.
   experts_.clear();
   for (const MlpWeights& ew : m.experts) experts_.push_back({Weight(ew.gate_up), Weight(ew.down)});
   k.MoeExperts({.x = xn,
+                .x16 = xn16,
                 .logits = router,
                 .rows = rows,
                 .hidden = h,
@@ -416,7 +425,7 @@ void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {
                 .y = y});
   if (m.shared.intermediate > 0) {
     float* out = Scratch(kExpertOut, rows * h);
-    SwiGlu(m.shared, xn, rows, out);
+    SwiGlu(m.shared, xn, xn16, rows, out);
     k.SharedExpertAdd(xn, Weight(m.shared_gate), out, y, rows, h);
   }
 }

@@ -100,7 +100,8 @@ class Model::Pass {
   // Hands layer li's state (host-visible copies of `out`) to on_layer.
   Status EmitLayer(int64_t li, const LayerOut& out, const LayerStateCallback& on_layer);
   void MlpLayer(int64_t li, const float* xn, float* y);
-  void SwiGlu(const MlpWeights& m, const float* x, int64_t rows, float* out);
+  // gate_up, SiLU-gated product, down; x16: x's Bf16Rows or nullptr.
+  void SwiGlu(const MlpWeights& m, const float* x, const uint16_t* x16, int64_t rows, float* out);
 
   // Working buffers reused by every layer (ForwardKernels::Scratch: grown, never shrunk), so a
   // pass allocates and page-faults its working set once rather than once per layer. Contents

@@ -5,6 +5,16 @@
 
 namespace hypic::model {
 
+const uint16_t* ForwardKernels::Bf16Rows(const float*, int64_t, int64_t, int64_t) {
+  return nullptr;
+}
+
+void ForwardKernels::AddRmsNorm(float* x, const float* y, const float* w, float* xn, int64_t rows,
+                                int64_t dim, float eps) {
+  Add(x, y, rows * dim);
+  RmsNorm(x, dim, w, xn, dim, rows, dim, eps);
+}
+
 void ForwardKernels::LinearSteps(linear::Variant variant, const linear::Shape& shape,
                                  std::span<const LinearStep> steps, float* state) {
   for (const LinearStep& step : steps) {

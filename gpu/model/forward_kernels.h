@@ -102,6 +102,7 @@ struct ExpertWeights {
 // The routed experts of one MoE layer, routing included (ForwardKernels::MoeExperts).
 struct MoeArgs {
   const float* x = nullptr;       // [rows, hidden], the experts' input
+  const uint16_t* x16 = nullptr;  // x's Bf16Rows, or nullptr
   const float* logits = nullptr;  // [rows, experts.size()], the router's
   int64_t rows = 0, hidden = 0;
   int64_t intermediate = 0;  // I, the same for every expert
@@ -145,12 +146,24 @@ class ForwardKernels {
   virtual void Embed(DeviceWeight table, std::span<const uint32_t> tokens, int64_t dim,
                      float* x) = 0;
   // y[m, n] = x[m, k] * w[n, k]^T (+ y when accumulate). With bf16 weights x is rounded to
-  // bf16 and the products accumulate in fp32.
+  // bf16 and the products accumulate in fp32; `x16`, when not null, is that rounding already
+  // made (Bf16Rows of x, row stride k), which the product then reads instead.
   virtual void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, DeviceWeight w,
-                    int64_t ldw, float* y, int64_t ldy, bool accumulate = false) = 0;
+                    int64_t ldw, float* y, int64_t ldy, bool accumulate = false,
+                    const uint16_t* x16 = nullptr) = 0;
+  // x [rows, cols] (row stride ldx) rounded to bf16 as a bf16 GEMM rounds its input, into a
+  // buffer of rows x cols valid until the next Bf16Rows call: for activations that several
+  // bf16 products read (an MoE layer's router, experts and shared expert), rounded once.
+  // nullptr where each product rounds as cheaply itself (the default, and a CPU whose bf16
+  // products widen to fp32 as they pack); Gemm and MoeExperts then take x alone.
+  virtual const uint16_t* Bf16Rows(const float* x, int64_t ldx, int64_t rows, int64_t cols);
   // Zero-centred RMSNorm per row; x and y may alias.
   virtual void RmsNorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
                        int64_t rows, int64_t dim, float eps) = 0;
+  // The residual step and the next norm: x += y, then xn = RmsNorm(x), rows of `dim`
+  // contiguous. The default runs Add and RmsNorm; the CPU does both in one pass over the rows.
+  virtual void AddRmsNorm(float* x, const float* y, const float* w, float* xn, int64_t rows,
+                          int64_t dim, float eps);
   // GDN's output norm in place: o [rows, heads*dim], z row r at z + r*ldz.
   virtual void GatedRmsNorm(float* o, const float* z, int64_t ldz, const float* w, int64_t rows,
                             int64_t heads, int64_t dim, float eps) = 0;

@@ -401,7 +401,8 @@ class CudaForwardKernels final : public ForwardKernels {
   }
 
   void Gemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, DeviceWeight weight,
-            int64_t ldw, float* y, int64_t ldy, bool accumulate) override {
+            int64_t ldw, float* y, int64_t ldy, bool accumulate,
+            const uint16_t* /*x16: Bf16Rows gives none here*/) override {
     if (!ok() || m <= 0 || n <= 0) return;
     if (weight.dtype == DType::kBF16) {
       auto* x16 = static_cast<uint16_t*>(

@@ -1,6 +1,6 @@
 // CpuForwardKernels steps against plain float64 loops: RoutedExperts in both of its regimes
 // (few rows per expert: experts side by side; many: one after another with the whole budget),
-// fp32 and bf16 weights, at a 2-thread budget.
+// fp32 and bf16 weights, at a 2-thread budget; AddRmsNorm against Add and RmsNorm.
 #include "gpu/model/cpu_kernels.h"
 
 #include <doctest/doctest.h>
@@ -61,7 +61,13 @@ TEST_CASE("RoutedExperts equals the experts run one by one, few rows or many, f3
       {
         cpu::ScopedComputeThreads budget(2);
         CpuForwardKernels k;
-        k.RoutedExperts(x.data(), work, hidden, y.data());
+        k.RoutedExperts(x.data(), nullptr, work, hidden, rows, y.data(), /*accumulate=*/true);
+        // Overwriting (garbage in y) gives the bits of accumulating onto zeros, and so does
+        // reading x's Bf16Rows instead of rounding the gathered rows again.
+        std::vector<float> fresh(y.size(), 123.0f);
+        const uint16_t* x16 = k.Bf16Rows(x.data(), hidden, rows, hidden);
+        k.RoutedExperts(x.data(), x16, work, hidden, rows, fresh.data(), /*accumulate=*/false);
+        CHECK(fresh == y);
       }
       // float64 reference; bf16 also rounds the activations entering each GEMM.
       auto act = [&](double v) {
@@ -100,6 +106,23 @@ TEST_CASE("RoutedExperts equals the experts run one by one, few rows or many, f3
       CHECK(worst / scale < (dtype == DType::kBF16 ? 2e-2 : 1e-5));
     }
   }
+}
+
+TEST_CASE("AddRmsNorm gives the bits of Add then RmsNorm") {
+  constexpr int64_t rows = 300, dim = 96;
+  testing::SeededRng rng(7);
+  const auto x0 = rng.NormalVector(static_cast<size_t>(rows * dim));
+  const auto y = rng.NormalVector(static_cast<size_t>(rows * dim));
+  const auto w = rng.NormalVector(static_cast<size_t>(dim), 0.1f);
+  cpu::ScopedComputeThreads budget(2);
+  CpuForwardKernels k;
+  std::vector<float> x1 = x0, x2 = x0, xn1(x0.size()), xn2(x0.size());
+  k.Add(x1.data(), y.data(), rows * dim);
+  k.RmsNorm(x1.data(), dim, w.data(), xn1.data(), dim, rows, dim, 1e-6f);
+  k.AddRmsNorm(x2.data(), y.data(), w.data(), xn2.data(), rows, dim, 1e-6f);
+  CHECK(x1 == x2);
+  CHECK(xn1 == xn2);
+  CHECK(x1 != x0);
 }
 
 }  // namespace

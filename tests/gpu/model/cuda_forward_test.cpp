@@ -269,7 +269,7 @@ TEST_CASE("CUDA GEMMs: fp32 and bf16 match the CPU's, TF32 within its rounding")
           const std::vector<float> y0 = rng.NormalVector(static_cast<size_t>(m * n));
           std::vector<float> want = y0, got = y0;
           CpuForwardKernels cpu;
-          cpu.Gemm(m, n, k, x.data(), ldx, cpu.Weight(*t), k, want.data(), n, accumulate);
+          cpu.Gemm(m, n, k, x.data(), ldx, cpu.Weight(*t), k, want.data(), n, accumulate, nullptr);
           auto kernels = CreateCudaForwardKernels(*ctx);
           REQUIRE_OK(kernels);
           ForwardKernels& dev = **kernels;
