@@ -394,25 +394,23 @@ float ReduceSum(__m512 v) {
 }
 
 // e^(s - m) of 16 lanes, for s <= m (scores minus their max), in base 2: x = (s - m) log2(e)
-// in one fma, x = n + r with n = round(x) and |r| <= 1/2, 2^r by its Taylor polynomial in
-// r ln 2 to degree 5 (2.4e-6 relative, as FastExp's; the result is rounded to bf16, 2^-9,
-// next) and 2^n applied by vscalefps, which also takes a very negative n to 0 (the true value
-// underflows there). `m_log2e` is m log2(e) rounded to float, so every value of one block
-// shares a factor within |m| 2^-24 of 1 (4e-6 at |m| = 64), below the polynomial's error.
-// 10 operations where the natural-log reduction with its two-part ln 2 and exponent-field
-// arithmetic took 14, and the softmax is most of the kernel's vector work. NaN propagates.
+// in one fma, r = x - floor(x) in [0, 1) by vreduceps, 2^r by a degree-4 minimax polynomial
+// (2.7e-6 relative in float, as FastExp's 2.4e-6; the result is rounded to bf16, 2^-9, next),
+// and 2^floor(x) applied by vscalefps, which floors its exponent operand itself and takes a
+// very negative x to 0 (the true value underflows there). `m_log2e` is m log2(e) rounded to
+// float, so every value of one block shares a factor within |m| 2^-24 of 1 (4e-6 at |m| = 64),
+// of the polynomial's order. 7 operations where a Taylor polynomial in r = x - round(x) took
+// 10 (its rounding by adding and subtracting 1.5 * 2^23 and one more degree), and the softmax
+// is most of the kernel's vector work. NaN propagates.
 __m512 ExpShifted(__m512 s, __m512 m_log2e) {
   const __m512 x = _mm512_fmsub_ps(s, _mm512_set1_ps(1.44269504088896341f), m_log2e);
-  const __m512 round = _mm512_set1_ps(12582912.0f);  // 1.5 * 2^23: adding it rounds
-  const __m512 n = _mm512_sub_ps(_mm512_add_ps(x, round), round);
-  const __m512 r = _mm512_sub_ps(x, n);
-  // c_k = ln(2)^k / k!
-  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.3333558146e-3f), r, _mm512_set1_ps(9.6181291076e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.5504108665e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.4022650696e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.9314718056e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
+  const __m512 r = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  // Minimax for 2^r on [0, 1) in relative error (float coefficients, Horner with fma).
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.3534008525e-2f), r, _mm512_set1_ps(5.2011381835e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.4144311249e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.9300365448e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0000026226e+0f));
+  return _mm512_scalef_ps(p, x);
 }
 
 // Calls f(std::integral_constant<int, 0>{}) ... f(<N - 1>) in order: the micro-kernels' loops
