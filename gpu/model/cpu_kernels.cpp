@@ -324,7 +324,7 @@ void CpuForwardKernels::GdnConvInputs(const GdnInputArgs& a) {
   // Rows in tiles of kTileRows: the conv's output for a tile (64 KiB for C = 1,024) stays in
   // L1/L2 while q, k and v are taken out of it, instead of going to memory and back (at 16k
   // tokens a [T, C] f32 tensor is 64 MiB, and these loops are bound by memory bandwidth).
-  constexpr int64_t kTileRows = 16;
+  constexpr int64_t kTileRows = 64;
   cpu::ParallelFor(a.rows, kTileRows, [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> tile_kept;
     if (tile_kept.size() < static_cast<size_t>(kTileRows * ch)) {
@@ -479,6 +479,78 @@ void CpuForwardKernels::MoeExperts(const MoeArgs& a) {
   RoutedExperts(a.x, a.x16, work, a.hidden, a.rows, a.y, /*accumulate=*/false);
 }
 
+void CpuForwardKernels::SwiGluMlp(DeviceWeight gate_up, DeviceWeight down, int64_t im,
+                                  const float* x, const uint16_t* x16, int64_t rows, int64_t hidden,
+                                  float* /*gu*/, float* out) {
+  MlpRows(gate_up, down, im, x, x16, {}, rows, hidden, out);
+}
+
+void CpuForwardKernels::MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t im, const float* x,
+                                const uint16_t* x16, std::span<const int64_t> index, int64_t n,
+                                int64_t hidden, float* y) {
+  // Rows per tile: its gate-up products (tile x 2 im fp32), activations and outputs stay in
+  // the thread's L2 beside the weights (builtin:small: 256 KiB + 64 + 128 beside 1.5 MiB).
+  constexpr int64_t kTileRows = 64;
+  const bool gather16 = x16 != nullptr && gate_up.dtype == DType::kBF16;
+  const bool hidden16 = down.dtype == DType::kBF16;
+  // Whole tiles to each thread, so a row's tile (and so its GEMM calls) does not depend on
+  // the thread count.
+  const int64_t tiles = (n + kTileRows - 1) / kTileRows;
+  cpu::ParallelFor(tiles, 1, [&](int64_t first, int64_t last) {
+    const int64_t j0 = first * kTileRows, j1 = std::min(n, last * kTileRows);
+    // The running thread's tile buffers, kept between calls.
+    thread_local std::vector<float> xs, gu;
+    thread_local std::vector<uint16_t> xs16, h16, rounding;
+    const auto fit = [](auto& v, int64_t size) {
+      if (v.size() < static_cast<size_t>(size)) v.resize(static_cast<size_t>(size));
+    };
+    fit(gu, kTileRows * 2 * im);
+    for (int64_t t0 = j0; t0 < j1; t0 += kTileRows) {
+      const int64_t t = std::min(kTileRows, j1 - t0);
+      // The tile's rows of x, or of its bf16 rounding (half the bytes, no rounding pass): in
+      // place when the rows are x's own, else gathered.
+      const float* xf = nullptr;
+      const uint16_t* xb = nullptr;
+      if (gather16 && index.empty()) {
+        xb = x16 + t0 * hidden;
+      } else if (gather16) {
+        fit(xs16, kTileRows * hidden);
+        for (int64_t j = 0; j < t; ++j) {
+          std::memcpy(xs16.data() + j * hidden, x16 + index[static_cast<size_t>(t0 + j)] * hidden,
+                      static_cast<size_t>(hidden) * sizeof(uint16_t));
+        }
+        xb = xs16.data();
+      } else if (index.empty()) {
+        xf = x + t0 * hidden;
+      } else {
+        fit(xs, kTileRows * hidden);
+        for (int64_t j = 0; j < t; ++j) {
+          std::memcpy(xs.data() + j * hidden, x + index[static_cast<size_t>(t0 + j)] * hidden,
+                      static_cast<size_t>(hidden) * sizeof(float));
+        }
+        xf = xs.data();
+      }
+      LinearGemm(t, 2 * im, hidden, xf, hidden, xb, gate_up, hidden, gu.data(), 2 * im, false,
+                 &rounding);
+      float* const yt = y + t0 * hidden;
+      if (!hidden16) {
+        for (int64_t r = 0; r < t; ++r) SwiGluRow(gu.data() + r * 2 * im, im);
+        LinearGemm(t, hidden, im, gu.data(), 2 * im, nullptr, down, im, yt, hidden, false,
+                   &rounding);
+        continue;
+      }
+      // The activation rounded to bf16 as down's product would round it, row by row in L1.
+      fit(h16, kTileRows * im);
+      for (int64_t r = 0; r < t; ++r) {
+        float* row = gu.data() + r * 2 * im;
+        SwiGluRow(row, im);
+        cpu::ConvertRowsToBf16(row, im, 1, im, h16.data() + r * im, im);
+      }
+      LinearGemm(t, hidden, im, nullptr, 0, h16.data(), down, im, yt, hidden, false, &rounding);
+    }
+  });
+}
+
 void CpuForwardKernels::RoutedExperts(const float* x, const uint16_t* x16,
                                       std::span<const ExpertWork> experts, int64_t hidden,
                                       int64_t rows, float* y, bool accumulate) {
@@ -495,59 +567,12 @@ void CpuForwardKernels::RoutedExperts(const float* x, const uint16_t* x16,
   std::vector<std::vector<float>>& outs = scratch_.expert_out;
   if (outs.size() < experts.size()) outs.resize(experts.size());
   auto run = [&](int64_t e0, int64_t e1) {
-    // The running thread's buffers, kept between calls (growing a vector zero-fills it). The
-    // nested loops below may run on other threads: they reach these through the pointers.
-    thread_local std::vector<float> gathered_kept, gate_up_kept;
-    thread_local std::vector<uint16_t> gathered16_kept, x16_kept;
-    std::vector<float>* const gathered_buf = &gathered_kept;
-    std::vector<uint16_t>* const gathered16_buf = &gathered16_kept;
-    std::vector<float>* const gate_up_buf = &gate_up_kept;
-    std::vector<uint16_t>* const x16_buf = &x16_kept;
     for (int64_t e = e0; e < e1; ++e) {
       const ExpertWork& w = experts[static_cast<size_t>(e)];
       const auto n = static_cast<int64_t>(w.rows.size());
-      const int64_t im = w.intermediate;
-      // The expert's rows of x, or of its bf16 rounding (half the bytes, no rounding pass).
-      const float* gathered = nullptr;
-      const uint16_t* gathered16 = nullptr;
-      if (x16 != nullptr && w.gate_up.dtype == DType::kBF16) {
-        if (gathered16_buf->size() < static_cast<size_t>(n * hidden)) {
-          gathered16_buf->resize(static_cast<size_t>(n * hidden));
-        }
-        uint16_t* const dst = gathered16_buf->data();
-        cpu::ParallelFor(n, 64, [&](int64_t j0, int64_t j1) {
-          for (int64_t j = j0; j < j1; ++j) {
-            std::memcpy(dst + j * hidden, x16 + w.rows[static_cast<size_t>(j)] * hidden,
-                        static_cast<size_t>(hidden) * sizeof(uint16_t));
-          }
-        });
-        gathered16 = dst;
-      } else {
-        if (gathered_buf->size() < static_cast<size_t>(n * hidden)) {
-          gathered_buf->resize(static_cast<size_t>(n * hidden));
-        }
-        float* const dst = gathered_buf->data();
-        cpu::ParallelFor(n, 64, [&](int64_t j0, int64_t j1) {
-          for (int64_t j = j0; j < j1; ++j) {
-            std::memcpy(dst + j * hidden, x + w.rows[static_cast<size_t>(j)] * hidden,
-                        static_cast<size_t>(hidden) * sizeof(float));
-          }
-        });
-        gathered = dst;
-      }
-      if (gate_up_buf->size() < static_cast<size_t>(n * 2 * im)) {
-        gate_up_buf->resize(static_cast<size_t>(n * 2 * im));
-      }
-      float* const gate_up = gate_up_buf->data();
-      LinearGemm(n, 2 * im, hidden, gathered, hidden, gathered16, w.gate_up, hidden, gate_up,
-                 2 * im, false, x16_buf);
-      cpu::ParallelFor(n, 32, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) SwiGluRow(gate_up + r * 2 * im, im);
-      });
       std::vector<float>& out = outs[static_cast<size_t>(e)];
       if (out.size() < static_cast<size_t>(n * hidden)) out.resize(static_cast<size_t>(n * hidden));
-      LinearGemm(n, hidden, im, gate_up, 2 * im, nullptr, w.down, im, out.data(), hidden, false,
-                 x16_buf);
+      MlpRows(w.gate_up, w.down, w.intermediate, x, x16, w.rows, n, hidden, out.data());
     }
   };
   if (grouped) {

@@ -387,11 +387,8 @@ void Model::Pass::SwiGlu(const MlpWeights& m, const float* x, const uint16_t* x1
                          float* out) {
   ForwardKernels& k = *kernels_;
   const int64_t h = model_.config_.hidden_size, im = m.intermediate;
-  float* gu = Scratch(kGateUp, rows * 2 * im);
-  k.Gemm(rows, 2 * im, h, x, h, Weight(m.gate_up), h, gu, 2 * im, false, x16);
-  // The activation overwrites the gate half in place; down reads it with stride 2*im.
-  k.SwiGlu(gu, rows, im);
-  k.Gemm(rows, h, im, gu, 2 * im, Weight(m.down), im, out, h);
+  k.SwiGluMlp(Weight(m.gate_up), Weight(m.down), im, x, x16, rows, h,
+              Scratch(kGateUp, rows * 2 * im), out);
 }
 
 void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {

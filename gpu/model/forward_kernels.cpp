@@ -15,6 +15,15 @@ void ForwardKernels::AddRmsNorm(float* x, const float* y, const float* w, float*
   RmsNorm(x, dim, w, xn, dim, rows, dim, eps);
 }
 
+void ForwardKernels::SwiGluMlp(DeviceWeight gate_up, DeviceWeight down, int64_t im, const float* x,
+                               const uint16_t* x16, int64_t rows, int64_t hidden, float* gu,
+                               float* out) {
+  Gemm(rows, 2 * im, hidden, x, hidden, gate_up, hidden, gu, 2 * im, false, x16);
+  // The activation overwrites the gate half in place; down reads it with stride 2 im.
+  SwiGlu(gu, rows, im);
+  Gemm(rows, hidden, im, gu, 2 * im, down, im, out, hidden);
+}
+
 void ForwardKernels::LinearSteps(linear::Variant variant, const linear::Shape& shape,
                                  std::span<const LinearStep> steps, float* state) {
   for (const LinearStep& step : steps) {

@@ -204,6 +204,12 @@ class ForwardKernels {
                            int64_t cols) = 0;
   // Each row of gu [rows, 2*im]: the gate half becomes silu(gate) * up.
   virtual void SwiGlu(float* gu, int64_t rows, int64_t im) = 0;
+  // out [rows, hidden] = down(silu(gate(x)) * up(x)): one SwiGLU MLP, gate_up [2 im, hidden]
+  // (gate rows, then up rows), down [hidden, im]; x16 as Gemm's. `gu` is scratch of
+  // rows * 2 * im floats. The default runs Gemm, SwiGlu and Gemm over all rows in gu; the CPU
+  // runs tiles of rows through all three (CpuForwardKernels::MlpRows).
+  virtual void SwiGluMlp(DeviceWeight gate_up, DeviceWeight down, int64_t im, const float* x,
+                         const uint16_t* x16, int64_t rows, int64_t hidden, float* gu, float* out);
   // An MoE layer's routed experts: each row is routed by moe_routing.h's RouteRow over its
   // logits, then y[r] = sum over its experts e, in ascending expert order, of
   // w_e * down_e(silu(gate_e(x[r])) * up_e(x[r])). With bf16 weights each GEMM's input is

@@ -1,15 +1,19 @@
 // CpuForwardKernels steps against plain float64 loops: RoutedExperts in both of its regimes
 // (few rows per expert: experts side by side; many: one after another with the whole budget),
-// fp32 and bf16 weights, at a 2-thread budget; AddRmsNorm against Add and RmsNorm.
+// fp32 and bf16 weights, at a 2-thread budget; AddRmsNorm against Add and RmsNorm; the tiled
+// SwiGluMlp against the default's whole-rows Gemm, SwiGlu, Gemm and at 1 and 2 threads.
 #include "gpu/model/cpu_kernels.h"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "gpu/cpu/compute_threads.h"
+#include "gpu/cpu/gemm.h"
 #include "tests/support/seeded_rng.h"
 
 namespace hypic::model {
@@ -123,6 +127,66 @@ TEST_CASE("AddRmsNorm gives the bits of Add then RmsNorm") {
   CHECK(x1 == x2);
   CHECK(xn1 == xn2);
   CHECK(x1 != x0);
+}
+
+TEST_CASE("SwiGluMlp's row tiles: the whole-rows product's values, the same bits at any budget") {
+  constexpr int64_t hidden = 256, im = 192;  // above kGemmSmallDim: the model's GEMM path
+  testing::SeededRng rng(11);
+  auto gu = rng.NormalVector(static_cast<size_t>(2 * im * hidden), 0.2f);
+  auto down = rng.NormalVector(static_cast<size_t>(hidden * im), 0.2f);
+  std::vector<uint16_t> gu16(gu.size()), down16(down.size());
+  for (size_t i = 0; i < gu.size(); ++i) gu16[i] = F32ToBf16(gu[i]);
+  for (size_t i = 0; i < down.size(); ++i) down16[i] = F32ToBf16(down[i]);
+  const cpu::PackedBf16Weight gu_packed(gu16.data(), 2 * im, hidden);
+  const cpu::PackedBf16Weight down_packed(down16.data(), hidden, im);
+  struct Weights {
+    std::string name;
+    DeviceWeight gate_up, down;
+  };
+  const Weights kinds[] = {
+      {"f32", DeviceWeight(gu.data()), DeviceWeight(down.data())},
+      {"bf16", DeviceWeight(DType::kBF16, gu16.data()), DeviceWeight(DType::kBF16, down16.data())},
+      {"bf16 packed", DeviceWeight(DType::kBF16, gu_packed.data(), &gu_packed),
+       DeviceWeight(DType::kBF16, down_packed.data(), &down_packed)},
+  };
+  for (const Weights& w : kinds) {
+    // One row, a tile less or more one, and tiles over both threads with a tail.
+    for (int64_t rows : {1, 63, 65, 300}) {
+      CAPTURE(w.name);
+      CAPTURE(rows);
+      const auto x = rng.NormalVector(static_cast<size_t>(rows * hidden));
+      cpu::ScopedComputeThreads budget(2);
+      CpuForwardKernels k;
+      const bool bf16 = w.gate_up.dtype == DType::kBF16;
+      const uint16_t* x16 = bf16 ? k.Bf16Rows(x.data(), hidden, rows, hidden) : nullptr;
+      std::vector<float> scratch(static_cast<size_t>(rows * 2 * im));
+      std::vector<float> want(static_cast<size_t>(rows * hidden), 7.0f), got = want;
+      k.ForwardKernels::SwiGluMlp(w.gate_up, w.down, im, x.data(), x16, rows, hidden,
+                                  scratch.data(), want.data());
+      k.SwiGluMlp(w.gate_up, w.down, im, x.data(), x16, rows, hidden, nullptr, got.data());
+      double worst = 0.0, scale = 0.0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]));
+        scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+      }
+      INFO("max |d| ", worst, " of ", scale);
+      // fp32: a row's sums in another order at most. bf16: besides, an activation that rounds
+      // to the other bf16 neighbour (2^-8 relative) in one of the im terms of an output.
+      CHECK(worst / scale < (bf16 ? 1e-2 : 1e-5));
+      {
+        cpu::ScopedComputeThreads one(1);
+        std::vector<float> single(got.size(), 7.0f);
+        k.SwiGluMlp(w.gate_up, w.down, im, x.data(), x16, rows, hidden, nullptr, single.data());
+        CHECK(single == got);
+      }
+      if (x16 != nullptr) {  // rounding x in the tiles instead: the same bits
+        std::vector<float> rounded(got.size(), 7.0f);
+        k.SwiGluMlp(w.gate_up, w.down, im, x.data(), nullptr, rows, hidden, nullptr,
+                    rounded.data());
+        CHECK(rounded == got);
+      }
+    }
+  }
 }
 
 }  // namespace
