@@ -31,6 +31,11 @@ void RmsNormZeroCentred(const float* x, int64_t ldx, const float* w, float* y, i
 void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
                int64_t rotary_dim, double theta, int64_t pos0);
 
+// h[i] = bf16(SwiGlu(gu[i], gu[im + i])) for i < im: forward_math.h's SwiGluRow and the bf16
+// rounding of the down product's input in one pass, 16 lanes at a time where the build has
+// AVX-512 (the same operations in the same order as the scalar form: the same bits).
+void SwiGluRowToBf16(const float* gu, int64_t im, uint16_t* h);
+
 // One routed expert's share of an MoE layer on the CPU: its weights, the rows of x routed to
 // it (no duplicates) and their routing weights.
 struct ExpertWork {

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -187,6 +189,41 @@ TEST_CASE("SwiGluMlp's row tiles: the whole-rows product's values, the same bits
       }
     }
   }
+}
+
+TEST_CASE("SwiGluRowToBf16 gives the bits of SwiGluRow then the bf16 rounding") {
+  constexpr int64_t im = 4096 + 7;  // the vector loop and a scalar tail
+  testing::SeededRng rng(5);
+  std::vector<float> gu = rng.NormalVector(static_cast<size_t>(2 * im), 8.0f);
+  const float special[] = {0.0f,
+                           -0.0f,
+                           87.3f,
+                           -87.3f,
+                           88.3f,
+                           -88.3f,
+                           100.0f,
+                           -100.0f,
+                           1e-30f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN()};
+  for (size_t i = 0; i < std::size(special); ++i) {
+    gu[i] = special[i];                                 // gates
+    gu[static_cast<size_t>(im) + 20 + i] = special[i];  // ups
+  }
+  std::vector<float> row = gu;
+  SwiGluRow(row.data(), im);
+  std::vector<uint16_t> want(static_cast<size_t>(im)), got(want.size());
+  for (int64_t i = 0; i < im; ++i) want[static_cast<size_t>(i)] = F32ToBf16(row[i]);
+  SwiGluRowToBf16(gu.data(), im, got.data());
+  int differ = 0;
+  for (int64_t i = 0; i < im; ++i) {
+    if (got[static_cast<size_t>(i)] != want[static_cast<size_t>(i)] && ++differ <= 3) {
+      FAIL_CHECK("h[", i, "] of g = ", gu[i], ", u = ", gu[im + i], ": ", got[i], ", want ",
+                 want[i]);
+    }
+  }
+  CHECK(differ == 0);
 }
 
 }  // namespace
