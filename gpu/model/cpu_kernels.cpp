@@ -381,7 +381,7 @@ void CpuForwardKernels::GdnConvInputs(const GdnInputArgs& a) {
   // Rows in tiles of kTileRows: the conv's output for a tile (64 KiB for C = 1,024) stays in
   // L1/L2 while q, k and v are taken out of it, instead of going to memory and back (at 16k
   // tokens a [T, C] f32 tensor is 64 MiB, and these loops are bound by memory bandwidth).
-  constexpr int64_t kTileRows = 64;
+  constexpr int64_t kTileRows = 16;
   cpu::ParallelFor(a.rows, kTileRows, [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> tile_kept;
     if (tile_kept.size() < static_cast<size_t>(kTileRows * ch)) {
