@@ -450,9 +450,15 @@ float SoftmaxStepBf16(const float* row, int64_t valid, float* max, float* sum, u
                         reinterpret_cast<const __m256i&>(packed));
   };
   j = 0;
+  // 32 scores a step, rounded together by vcvtne2ps2bf16 (one conversion of 32 values where
+  // two of 16 took twice the uops; the same rounding to nearest even).
   for (; j + 32 <= full; j += 32) {
-    step(j, ExpShifted(_mm512_loadu_ps(row + j), m_log2e), 0);
-    step(j + 16, ExpShifted(_mm512_loadu_ps(row + j + 16), m_log2e), 1);
+    const __m512 lo = ExpShifted(_mm512_loadu_ps(row + j), m_log2e);
+    const __m512 hi = ExpShifted(_mm512_loadu_ps(row + j + 16), m_log2e);
+    vsum[0] = _mm512_add_ps(vsum[0], lo);
+    vsum[1] = _mm512_add_ps(vsum[1], hi);
+    const __m512bh packed = _mm512_cvtne2ps_pbh(hi, lo);
+    _mm512_storeu_si512(p + j, reinterpret_cast<const __m512i&>(packed));
   }
   for (; j < full; j += 16) step(j, ExpShifted(_mm512_loadu_ps(row + j), m_log2e), 0);
   if (full < valid) {
@@ -596,42 +602,77 @@ class ScopedTiles {
 
 // s[16 rows][16 * groups keys] = Q K^T for the group's 16 bf16 Q rows (q16, row stride hd) and
 // `groups` (even) packed 16-key groups at kp, for hd = 32 kChunks (64 or 128). The Q row
-// chunks of 32 dimensions stay in tiles 4-7 across every key group (loading Q again for every
-// pair of key groups cost 8% of the kernel at 16k rows); tiles 0, 1 hold the scores of two key
-// groups and 2, 3 their K chunks.
+// chunks of 32 dimensions stay in the last kChunks tiles across every key group (loading Q
+// again for every pair of key groups cost 8% of the kernel at 16k rows). The tiles left hold
+// scores and K chunks: at hd 64 the scores of four key groups (tiles 0-3; K in 4, 5), so four
+// accumulations are in flight where two waited on each other's latency; at hd 128 two (0, 1;
+// K in 2, 3). Every score is the same sum in the same order either way.
 template <int kChunks>
 [[gnu::target("amx-tile,amx-bf16")]] void QkAmx(const uint16_t* q16, const uint32_t* kp,
                                                 int64_t groups, float* s, int64_t lds) {
+  static_assert(kChunks == 2 || kChunks == 4);
   constexpr int64_t hd = 32 * kChunks, group_pairs = hd / 2 * kKeyGroup;
-  _tile_loadd(4, q16, hd * 2);
-  if constexpr (kChunks > 1) _tile_loadd(5, q16 + 32, hd * 2);
-  if constexpr (kChunks > 2) _tile_loadd(6, q16 + 64, hd * 2);
-  if constexpr (kChunks > 3) _tile_loadd(7, q16 + 96, hd * 2);
-  for (int64_t g = 0; g < groups; g += 2) {
-    const uint32_t* k0 = kp + g * group_pairs;
-    const uint32_t* k1 = k0 + group_pairs;
-    _tile_zero(0);
-    _tile_zero(1);
-    // The tile numbers are immediates, so the chunk loop is written out.
-#define HYPIC_QK_CHUNK(c, q)                   \
-  _tile_loadd(2, k0 + 16 * (c)*kKeyGroup, 64); \
-  _tile_loadd(3, k1 + 16 * (c)*kKeyGroup, 64); \
-  _tile_dpbf16ps(0, q, 2);                     \
-  _tile_dpbf16ps(1, q, 3)
-    HYPIC_QK_CHUNK(0, 4);
-    if constexpr (kChunks > 1) {
-      HYPIC_QK_CHUNK(1, 5);
+  // The intrinsics paste their tile numbers into the instruction text, so every tile number
+  // is a literal and the loops over chunks and key groups are written out. Q chunk c is tile
+  // 8 - kChunks + c.
+#define HYPIC_QK_STEP(acc, ktile, qtile, group, c)                         \
+  _tile_loadd(ktile, kp + ((group)*group_pairs + 16 * (c)*kKeyGroup), 64); \
+  _tile_dpbf16ps(acc, qtile, ktile)
+#define HYPIC_QK_STORE(acc, group) _tile_stored(acc, s + (group)*kKeyGroup, lds * 4)
+  int64_t g = 0;
+  if constexpr (kChunks == 2) {
+    _tile_loadd(6, q16, hd * 2);
+    _tile_loadd(7, q16 + 32, hd * 2);
+    for (; g + 4 <= groups; g += 4) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      HYPIC_QK_STEP(0, 4, 6, g, 0);
+      HYPIC_QK_STEP(1, 5, 6, g + 1, 0);
+      HYPIC_QK_STEP(2, 4, 6, g + 2, 0);
+      HYPIC_QK_STEP(3, 5, 6, g + 3, 0);
+      HYPIC_QK_STEP(0, 4, 7, g, 1);
+      HYPIC_QK_STEP(1, 5, 7, g + 1, 1);
+      HYPIC_QK_STEP(2, 4, 7, g + 2, 1);
+      HYPIC_QK_STEP(3, 5, 7, g + 3, 1);
+      HYPIC_QK_STORE(0, g);
+      HYPIC_QK_STORE(1, g + 1);
+      HYPIC_QK_STORE(2, g + 2);
+      HYPIC_QK_STORE(3, g + 3);
     }
-    if constexpr (kChunks > 2) {
-      HYPIC_QK_CHUNK(2, 6);
+    for (; g < groups; g += 2) {
+      _tile_zero(0);
+      _tile_zero(1);
+      HYPIC_QK_STEP(0, 4, 6, g, 0);
+      HYPIC_QK_STEP(1, 5, 6, g + 1, 0);
+      HYPIC_QK_STEP(0, 4, 7, g, 1);
+      HYPIC_QK_STEP(1, 5, 7, g + 1, 1);
+      HYPIC_QK_STORE(0, g);
+      HYPIC_QK_STORE(1, g + 1);
     }
-    if constexpr (kChunks > 3) {
-      HYPIC_QK_CHUNK(3, 7);
+  } else {
+    _tile_loadd(4, q16, hd * 2);
+    _tile_loadd(5, q16 + 32, hd * 2);
+    _tile_loadd(6, q16 + 64, hd * 2);
+    _tile_loadd(7, q16 + 96, hd * 2);
+    for (; g < groups; g += 2) {
+      _tile_zero(0);
+      _tile_zero(1);
+      HYPIC_QK_STEP(0, 2, 4, g, 0);
+      HYPIC_QK_STEP(1, 3, 4, g + 1, 0);
+      HYPIC_QK_STEP(0, 2, 5, g, 1);
+      HYPIC_QK_STEP(1, 3, 5, g + 1, 1);
+      HYPIC_QK_STEP(0, 2, 6, g, 2);
+      HYPIC_QK_STEP(1, 3, 6, g + 1, 2);
+      HYPIC_QK_STEP(0, 2, 7, g, 3);
+      HYPIC_QK_STEP(1, 3, 7, g + 1, 3);
+      HYPIC_QK_STORE(0, g);
+      HYPIC_QK_STORE(1, g + 1);
     }
-#undef HYPIC_QK_CHUNK
-    _tile_stored(0, s + g * kKeyGroup, lds * 4);
-    _tile_stored(1, s + (g + 1) * kKeyGroup, lds * 4);
   }
+#undef HYPIC_QK_STORE
+#undef HYPIC_QK_STEP
 }
 
 // QkAmx for a head_dim over 128, whose Q chunks do not fit the tiles beside the scores and K:
@@ -721,9 +762,8 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
     std::vector<float> s(static_cast<size_t>(group_rows * kKBlock));
     std::vector<float> o(per_head(kQTile * hd)), max(per_head(kQTile)), sum(per_head(kQTile));
     std::vector<uint16_t> q16(per_head(kQTile * hd));
-    std::vector<uint16_t> p16(static_cast<size_t>(group_rows * kKBlock));
+    std::vector<uint16_t> pblock(per_head(kQTile * kKBlock));  // a block's probabilities
     const auto* qp = reinterpret_cast<const Bf16PairAlias*>(q16.data());
-    const auto* pp = reinterpret_cast<const Bf16PairAlias*>(p16.data());
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t g = item / tiles, t = PairedTile(item % tiles, tiles);
       const int64_t r0 = t * kQTile, tile = std::min(kQTile, rows - r0);
@@ -748,10 +788,14 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
         const int64_t nb = std::min(kKBlock, keys - b0);
         while (positions[static_cast<size_t>(r0 + first)] < b0) ++first;
         const int64_t rb = first / group_rows * group_rows;
-        // Per head and group of rows: scores, softmax step, PV, while the group's scores and
-        // probabilities are in L1.
+        // Two sweeps over the block's (head, group of rows) steps. The first takes the scores
+        // and the softmax step, while the group's scores are in L1, into the probabilities of
+        // every step (pblock, in L2); the second the PV products. So the block's K, then its V,
+        // stay in L1 across the steps (one sweep of both thrashed L1, and the tile loads
+        // waited on L2: the products ran at a quarter of the tile unit's rate). A row's
+        // operations, and so its bits, are those of one sweep.
         for (int64_t hi = 0; hi < group; ++hi) {
-          const int64_t row0 = hi * kQTile;  // the head's rows in q16, o, max and sum
+          const int64_t row0 = hi * kQTile;  // the head's rows in q16, o, max, sum and pblock
           for (int64_t r = rb; r < rows_pad; r += group_rows) {
 #ifdef HYPIC_AMX_ATTENTION
             if (amx) {
@@ -771,10 +815,10 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
               QkTile(qp + (row0 + r) * pairs, pairs, kh + (b0 + j) * pairs, s.data() + j, kKBlock);
             }
             for (int64_t i = 0; i < group_rows; ++i) {
-              uint16_t* prow = p16.data() + i * kKBlock;
+              const int64_t ri = row0 + r + i;
+              uint16_t* prow = pblock.data() + ri * kKBlock;
               const int64_t valid = r + i < tile ? ValidKeys(positions, r0 + r + i, b0, nb) : 0;
               if (valid > 0) {
-                const int64_t ri = row0 + r + i;
                 const float rescale =
                     SoftmaxStepBf16(s.data() + i * kKBlock, valid, &max[ri], &sum[ri], prow);
                 // Where the max did not move the rescale is exactly 1 (FastExp(0)).
@@ -786,15 +830,22 @@ void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, 
               const int64_t written = (valid + 15) / 16 * 16;
               std::fill(prow + written, prow + kKBlock, uint16_t{0});
             }
+          }
+        }
+        for (int64_t hi = 0; hi < group; ++hi) {
+          const int64_t row0 = hi * kQTile;
+          for (int64_t r = rb; r < rows_pad; r += group_rows) {
+            const uint16_t* pg = pblock.data() + (row0 + r) * kKBlock;
             float* og = o.data() + (row0 + r) * hd;
 #ifdef HYPIC_AMX_ATTENTION
             if (amx) {
               const int64_t block_pairs = (nb + 31) / 32 * 16;
-              PvAmx(p16.data(), kKBlock, vh + b0 / 2 * hd, hd, block_pairs, og);
+              PvAmx(pg, kKBlock, vh + b0 / 2 * hd, hd, block_pairs, og);
               continue;
             }
 #endif
-            PvRows(pp, kKBlock / 2, vh + b0 / 2 * hd, hd, (nb + 1) / 2, kQkRows, og);
+            PvRows(reinterpret_cast<const Bf16PairAlias*>(pg), kKBlock / 2, vh + b0 / 2 * hd, hd,
+                   (nb + 1) / 2, kQkRows, og);
           }
         }
       }

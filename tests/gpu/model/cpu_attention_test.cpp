@@ -83,13 +83,15 @@ double MaxAbs(const std::vector<float>& x) {
   return m;
 }
 
-// Every tested shape: the small model's (8 heads over 2, hd 64), the tiny model's (hd 16), hd
-// 128, 256 and 48 (every column chunk of the PV kernel), MHA; rows that are not a multiple of the
-// tiles, key counts that cross the key blocks, and a compose-like set of rows (seams spread over a
-// long context).
+// Every tested shape: the small model's (8 heads over 2, hd 64, twice), the tiny model's (hd 16),
+// hd 128, 256 and 48 (every column chunk of the PV kernel), MHA; rows that are not a multiple of
+// the tiles, key counts that cross the key blocks, and a compose-like set of rows (seams spread
+// over a long context).
 std::vector<AttentionProblem> Cases() {
   std::vector<AttentionProblem> cases;
   cases.push_back(MakeAttentionProblem(8, 2, 64, Contiguous(0, 300), 1));
+  // A last key block of 24 keys: two key groups, under the four the hd-64 QK step takes.
+  cases.push_back(MakeAttentionProblem(8, 2, 64, Contiguous(0, 280), 7));
   cases.push_back(MakeAttentionProblem(4, 1, 128, Contiguous(0, 157), 2));
   cases.push_back(MakeAttentionProblem(2, 2, 256, Contiguous(0, 70), 3));
   cases.push_back(MakeAttentionProblem(4, 2, 16, Contiguous(0, 90), 5));  // the tiny model's
