@@ -324,17 +324,39 @@ void CpuForwardKernels::RmsNorm(const float* x, int64_t ldx, const float* w, flo
   RmsNormZeroCentred(x, ldx, w, y, ldy, rows, dim, eps);
 }
 
-void CpuForwardKernels::AddRmsNorm(float* x, const float* y, const float* w, float* xn,
-                                   int64_t rows, int64_t dim, float eps) {
-  // The same sums as Add then RmsNorm, with each row normalised while it is in L1.
+namespace {
+// x += y, xn = RmsNorm(x) and, where xn16 is given, xn rounded to bf16 (as RoundRows).
+void AddRmsNormRows(float* x, const float* y, const float* w, float* xn, uint16_t* xn16,
+                    int64_t rows, int64_t dim, float eps) {
+  // The same sums as Add then RmsNorm (and RoundRows), with each row normalised (and rounded)
+  // while it is in L1: at 16k rows xn is 32 MiB, and a separate pass reads it back from memory.
   cpu::ParallelFor(rows, 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       float* xr = x + r * dim;
       const float* yr = y + r * dim;
       for (int64_t i = 0; i < dim; ++i) xr[i] += yr[i];
       RmsNormZeroCentredRow(xr, w, xn + r * dim, dim, eps);
+      if (xn16 != nullptr) cpu::ConvertRowsToBf16(xn + r * dim, dim, 1, dim, xn16 + r * dim, dim);
     }
   });
+}
+}  // namespace
+
+void CpuForwardKernels::AddRmsNorm(float* x, const float* y, const float* w, float* xn,
+                                   int64_t rows, int64_t dim, float eps) {
+  AddRmsNormRows(x, y, w, xn, nullptr, rows, dim, eps);
+}
+
+const uint16_t* CpuForwardKernels::AddRmsNormBf16(float* x, const float* y, const float* w,
+                                                  float* xn, int64_t rows, int64_t dim, float eps) {
+  if (!cpu::DescribeGemm().bf16_native) {  // as Bf16Rows: the products round as they pack
+    AddRmsNormRows(x, y, w, xn, nullptr, rows, dim, eps);
+    return nullptr;
+  }
+  std::vector<uint16_t>& buf = scratch_.rows_bf16;
+  if (buf.size() < static_cast<size_t>(rows * dim)) buf.resize(static_cast<size_t>(rows * dim));
+  AddRmsNormRows(x, y, w, xn, buf.data(), rows, dim, eps);
+  return buf.data();
 }
 
 void CpuForwardKernels::GatedRmsNorm(float* o, const float* z, int64_t ldz, const float* w,

@@ -75,6 +75,8 @@ class CpuForwardKernels final : public ForwardKernels {
                int64_t dim, float eps) override;
   void AddRmsNorm(float* x, const float* y, const float* w, float* xn, int64_t rows, int64_t dim,
                   float eps) override;
+  const uint16_t* AddRmsNormBf16(float* x, const float* y, const float* w, float* xn, int64_t rows,
+                                 int64_t dim, float eps) override;
   void GatedRmsNorm(float* o, const float* z, int64_t ldz, const float* w, int64_t rows,
                     int64_t heads, int64_t dim, float eps) override;
   void Add(float* x, const float* y, int64_t n) override;

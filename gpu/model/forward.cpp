@@ -150,19 +150,29 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits,
   float* y = Scratch(kY, rows * h);
   k.Embed(Weight(w.embed), tokens_, h, x);
   k.RmsNorm(x, h, Weight(w.layers.front().input_norm), xn, h, rows, h, eps);
+  // With bf16 weights every norm's output is also rounded to bf16 once, for the products that
+  // read it (a layer's in_proj; the router, experts and shared expert).
+  const bool bf16_products = model_.weights_dtype() == DType::kBF16;
+  const uint16_t* xn16 = bf16_products ? k.Bf16Rows(xn, h, rows, h) : nullptr;
+  auto residual_norm = [&](const std::vector<float>& norm) {
+    if (bf16_products) {
+      xn16 = k.AddRmsNormBf16(x, y, Weight(norm), xn, rows, h, eps);
+    } else {
+      k.AddRmsNorm(x, y, Weight(norm), xn, rows, h, eps);
+    }
+  };
   for (int64_t li = 0; li < c.num_layers; ++li) {
     const LayerWeights& lw = w.layers[static_cast<size_t>(li)];
     // xn holds this layer's input norm of x here (each residual step makes the next norm).
     const LayerOut out = c.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear
-                             ? GdnLayer(li, xn, y)
-                             : AttentionLayer(li, xn, y);
+                             ? GdnLayer(li, xn, xn16, y)
+                             : AttentionLayer(li, xn, xn16, y);
     // The layer's state is final here: it leaves before the MLP and the later layers run.
     if (on_layer) HYPIC_RETURN_IF_ERROR(EmitLayer(li, out, on_layer));
-    k.AddRmsNorm(x, y, Weight(lw.post_norm), xn, rows, h, eps);
-    MlpLayer(li, xn, y);
+    residual_norm(lw.post_norm);
+    MlpLayer(li, xn, xn16, y);
     if (li + 1 < c.num_layers) {
-      k.AddRmsNorm(x, y, Weight(w.layers[static_cast<size_t>(li) + 1].input_norm), xn, rows, h,
-                   eps);
+      residual_norm(w.layers[static_cast<size_t>(li) + 1].input_norm);
     } else {
       k.Add(x, y, rows * h);
     }
@@ -197,7 +207,8 @@ Status Model::Pass::EmitLayer(int64_t li, const LayerOut& out, const LayerStateC
   return on_layer(static_cast<uint32_t>(li), views);
 }
 
-Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, float* y) {
+Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, const uint16_t* xn16,
+                                            float* y) {
   ForwardKernels& k = *kernels_;
   const ModelConfig& c = model_.config_;
   const GdnWeights& g = model_.weights_.layers[static_cast<size_t>(li)].gdn;
@@ -210,7 +221,7 @@ Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, float* 
   const auto conv_floats = static_cast<int64_t>(ls.conv.size());
 
   float* proj = Scratch(kProj, rows * cin);
-  k.Gemm(rows, cin, h, xn, h, Weight(g.in_proj), h, proj, cin);
+  k.Gemm(rows, cin, h, xn, h, Weight(g.in_proj), h, proj, cin, false, xn16);
   float* q = Scratch(kQ, rows * nk * dk);
   float* kk = Scratch(kK, rows * nk * dk);
   float* v = Scratch(kV, rows * vw);
@@ -315,7 +326,8 @@ Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, float* 
   return {state, conv};
 }
 
-Model::Pass::LayerOut Model::Pass::AttentionLayer(int64_t li, const float* xn, float* y) {
+Model::Pass::LayerOut Model::Pass::AttentionLayer(int64_t li, const float* xn, const uint16_t* xn16,
+                                                  float* y) {
   ForwardKernels& k = *kernels_;
   const ModelConfig& c = model_.config_;
   const AttentionWeights& a = model_.weights_.layers[static_cast<size_t>(li)].attention;
@@ -326,7 +338,7 @@ Model::Pass::LayerOut Model::Pass::AttentionLayer(int64_t li, const float* xn, f
   const auto eps = static_cast<float>(c.rms_norm_eps);
 
   float* proj = Scratch(kProj, rows * cols);
-  k.Gemm(rows, cols, h, xn, h, Weight(a.in_proj), h, proj, cols);
+  k.Gemm(rows, cols, h, xn, h, Weight(a.in_proj), h, proj, cols, false, xn16);
   float* q = Scratch(kQ, rows * qw);
   float* kk = Scratch(kK, rows * kw);
   float* v = Scratch(kV, rows * kw);
@@ -391,19 +403,18 @@ void Model::Pass::SwiGlu(const MlpWeights& m, const float* x, const uint16_t* x1
               Scratch(kGateUp, rows * 2 * im), out);
 }
 
-void Model::Pass::MlpLayer(int64_t li, const float* xn, float* y) {
+void Model::Pass::MlpLayer(int64_t li, const float* xn, const uint16_t* xn16, float* y) {
   ForwardKernels& k = *kernels_;
   const ModelConfig& c = model_.config_;
   const LayerWeights& lw = model_.weights_.layers[static_cast<size_t>(li)];
   const int64_t rows = live_tokens(), h = c.hidden_size;
   if (c.mlp_kinds[static_cast<size_t>(li)] == MlpKind::kDense) {
-    SwiGlu(lw.dense, xn, nullptr, rows, y);
+    SwiGlu(lw.dense, xn, xn16, rows, y);
     return;
   }
   const MoeWeights& m = lw.moe;
   const int64_t ne = c.num_experts, top = c.experts_per_token;
-  // The router, the routed experts and the shared expert all read xn: rounded to bf16 once.
-  const uint16_t* xn16 = k.Bf16Rows(xn, h, rows, h);
+  // The router, the routed experts and the shared expert all read xn16, xn rounded once.
   float* router = Scratch(kRouter, rows * ne);
   k.Gemm(rows, ne, h, xn, h, Weight(m.router), h, router, ne, false, xn16);
   // Routing (fp32 softmax, top-k, renormalised when norm_topk_prob) and the experts in one

@@ -95,11 +95,12 @@ class Model::Pass {
     const float* first = nullptr;
     const float* second = nullptr;
   };
-  LayerOut GdnLayer(int64_t li, const float* xn, float* y);
-  LayerOut AttentionLayer(int64_t li, const float* xn, float* y);
+  // Each layer step reads xn and xn16, its rounding to bf16 (Bf16Rows) or nullptr.
+  LayerOut GdnLayer(int64_t li, const float* xn, const uint16_t* xn16, float* y);
+  LayerOut AttentionLayer(int64_t li, const float* xn, const uint16_t* xn16, float* y);
   // Hands layer li's state (host-visible copies of `out`) to on_layer.
   Status EmitLayer(int64_t li, const LayerOut& out, const LayerStateCallback& on_layer);
-  void MlpLayer(int64_t li, const float* xn, float* y);
+  void MlpLayer(int64_t li, const float* xn, const uint16_t* xn16, float* y);
   // gate_up, SiLU-gated product, down; x16: x's Bf16Rows or nullptr.
   void SwiGlu(const MlpWeights& m, const float* x, const uint16_t* x16, int64_t rows, float* out);
 

@@ -15,6 +15,12 @@ void ForwardKernels::AddRmsNorm(float* x, const float* y, const float* w, float*
   RmsNorm(x, dim, w, xn, dim, rows, dim, eps);
 }
 
+const uint16_t* ForwardKernels::AddRmsNormBf16(float* x, const float* y, const float* w, float* xn,
+                                               int64_t rows, int64_t dim, float eps) {
+  AddRmsNorm(x, y, w, xn, rows, dim, eps);
+  return Bf16Rows(xn, dim, rows, dim);
+}
+
 void ForwardKernels::SwiGluMlp(DeviceWeight gate_up, DeviceWeight down, int64_t im, const float* x,
                                const uint16_t* x16, int64_t rows, int64_t hidden, float* gu,
                                float* out) {

@@ -164,6 +164,11 @@ class ForwardKernels {
   // contiguous. The default runs Add and RmsNorm; the CPU does both in one pass over the rows.
   virtual void AddRmsNorm(float* x, const float* y, const float* w, float* xn, int64_t rows,
                           int64_t dim, float eps);
+  // AddRmsNorm, then xn's Bf16Rows (the same buffer and lifetime), for the bf16 products that
+  // read xn next; nullptr where Bf16Rows gives none. The default makes them one after the
+  // other; the CPU rounds each row of xn as it is normalised, while the row is in L1.
+  virtual const uint16_t* AddRmsNormBf16(float* x, const float* y, const float* w, float* xn,
+                                         int64_t rows, int64_t dim, float eps);
   // GDN's output norm in place: o [rows, heads*dim], z row r at z + r*ldz.
   virtual void GatedRmsNorm(float* o, const float* z, int64_t ldz, const float* w, int64_t rows,
                             int64_t heads, int64_t dim, float eps) = 0;

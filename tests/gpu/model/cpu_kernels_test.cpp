@@ -114,7 +114,7 @@ TEST_CASE("RoutedExperts equals the experts run one by one, few rows or many, f3
   }
 }
 
-TEST_CASE("AddRmsNorm gives the bits of Add then RmsNorm") {
+TEST_CASE("AddRmsNorm gives the bits of Add then RmsNorm, and AddRmsNormBf16 those of Bf16Rows") {
   constexpr int64_t rows = 300, dim = 96;
   testing::SeededRng rng(7);
   const auto x0 = rng.NormalVector(static_cast<size_t>(rows * dim));
@@ -129,6 +129,18 @@ TEST_CASE("AddRmsNorm gives the bits of Add then RmsNorm") {
   CHECK(x1 == x2);
   CHECK(xn1 == xn2);
   CHECK(x1 != x0);
+
+  // The bf16 form: the same x and xn, and xn's Bf16Rows (or none where Bf16Rows gives none).
+  std::vector<float> x3 = x0, xn3(x0.size());
+  const uint16_t* xn16 =
+      k.AddRmsNormBf16(x3.data(), y.data(), w.data(), xn3.data(), rows, dim, 1e-6f);
+  CHECK(x3 == x1);
+  CHECK(xn3 == xn1);
+  const std::vector<uint16_t> got =
+      xn16 == nullptr ? std::vector<uint16_t>{} : std::vector<uint16_t>(xn16, xn16 + rows * dim);
+  const uint16_t* want16 = k.Bf16Rows(xn1.data(), dim, rows, dim);
+  REQUIRE((want16 == nullptr) == got.empty());
+  if (want16 != nullptr) CHECK(got == std::vector<uint16_t>(want16, want16 + rows * dim));
 }
 
 TEST_CASE("SwiGluMlp's row tiles: the whole-rows product's values, the same bits at any budget") {
