@@ -605,8 +605,9 @@ class ScopedTiles {
 // chunks of 32 dimensions stay in the last kChunks tiles across every key group (loading Q
 // again for every pair of key groups cost 8% of the kernel at 16k rows). The tiles left hold
 // scores and K chunks: at hd 64 the scores of four key groups (tiles 0-3; K in 4, 5), so four
-// accumulations are in flight where two waited on each other's latency; at hd 128 two (0, 1;
-// K in 2, 3). Every score is the same sum in the same order either way.
+// accumulations are in flight where two waited on each other's latency; at hd 128, and for a
+// last pair of key groups at hd 64, two (0, 1; K in 2, 3). Every score is the same sum in the
+// same order either way.
 template <int kChunks>
 [[gnu::target("amx-tile,amx-bf16")]] void QkAmx(const uint16_t* q16, const uint32_t* kp,
                                                 int64_t groups, float* s, int64_t lds) {
@@ -619,6 +620,10 @@ template <int kChunks>
   _tile_loadd(ktile, kp + ((group)*group_pairs + 16 * (c)*kKeyGroup), 64); \
   _tile_dpbf16ps(acc, qtile, ktile)
 #define HYPIC_QK_STORE(acc, group) _tile_stored(acc, s + (group)*kKeyGroup, lds * 4)
+  // Chunk c of key groups g, g + 1 into scores 0, 1 (K in tiles 2, 3), Q chunk in qtile.
+#define HYPIC_QK_PAIR(qtile, c)     \
+  HYPIC_QK_STEP(0, 2, qtile, g, c); \
+  HYPIC_QK_STEP(1, 3, qtile, g + 1, c)
   int64_t g = 0;
   if constexpr (kChunks == 2) {
     _tile_loadd(6, q16, hd * 2);
@@ -644,10 +649,8 @@ template <int kChunks>
     for (; g < groups; g += 2) {
       _tile_zero(0);
       _tile_zero(1);
-      HYPIC_QK_STEP(0, 4, 6, g, 0);
-      HYPIC_QK_STEP(1, 5, 6, g + 1, 0);
-      HYPIC_QK_STEP(0, 4, 7, g, 1);
-      HYPIC_QK_STEP(1, 5, 7, g + 1, 1);
+      HYPIC_QK_PAIR(6, 0);
+      HYPIC_QK_PAIR(7, 1);
       HYPIC_QK_STORE(0, g);
       HYPIC_QK_STORE(1, g + 1);
     }
@@ -659,18 +662,15 @@ template <int kChunks>
     for (; g < groups; g += 2) {
       _tile_zero(0);
       _tile_zero(1);
-      HYPIC_QK_STEP(0, 2, 4, g, 0);
-      HYPIC_QK_STEP(1, 3, 4, g + 1, 0);
-      HYPIC_QK_STEP(0, 2, 5, g, 1);
-      HYPIC_QK_STEP(1, 3, 5, g + 1, 1);
-      HYPIC_QK_STEP(0, 2, 6, g, 2);
-      HYPIC_QK_STEP(1, 3, 6, g + 1, 2);
-      HYPIC_QK_STEP(0, 2, 7, g, 3);
-      HYPIC_QK_STEP(1, 3, 7, g + 1, 3);
+      HYPIC_QK_PAIR(4, 0);
+      HYPIC_QK_PAIR(5, 1);
+      HYPIC_QK_PAIR(6, 2);
+      HYPIC_QK_PAIR(7, 3);
       HYPIC_QK_STORE(0, g);
       HYPIC_QK_STORE(1, g + 1);
     }
   }
+#undef HYPIC_QK_PAIR
 #undef HYPIC_QK_STORE
 #undef HYPIC_QK_STEP
 }
