@@ -350,7 +350,7 @@ void CpuForwardKernels::AddRmsNorm(float* x, const float* y, const float* w, flo
 const uint16_t* CpuForwardKernels::AddRmsNormBf16(float* x, const float* y, const float* w,
                                                   float* xn, int64_t rows, int64_t dim, float eps) {
   if (!cpu::DescribeGemm().bf16_native) {  // as Bf16Rows: the products round as they pack
-    AddRmsNormRows(x, y, w, xn, nullptr, rows, dim, eps);
+    AddRmsNorm(x, y, w, xn, rows, dim, eps);
     return nullptr;
   }
   std::vector<uint16_t>& buf = scratch_.rows_bf16;
