@@ -53,21 +53,23 @@ HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
   return *this;
 }
 
-Result<HostBuffer> HostBuffer::Allocate(size_t size, size_t alignment) {
+Result<HostBuffer> HostBuffer::Allocate(size_t size, size_t alignment, Init init) {
   HostBuffer b;
   if (size == 0) return b;
   size_t rounded = RoundUp(size, alignment);
   if (rounded == 0) return NoSpace("host buffer size overflows");
   void* p = std::aligned_alloc(alignment, rounded);
   if (p == nullptr) return CannotAllocate(size);
-  std::memset(p, 0, rounded);
+  const size_t zeroed_from = init == Init::kZero ? 0 : size;
+  std::memset(static_cast<std::byte*>(p) + zeroed_from, 0, rounded - zeroed_from);
   b.data_ = static_cast<std::byte*>(p);
   b.size_ = size;
   return b;
 }
 
 Result<HostBuffer> HostBuffer::CopyOf(std::span<const std::byte> bytes) {
-  HYPIC_ASSIGN_OR_RETURN(HostBuffer b, Allocate(bytes.size()));
+  HYPIC_ASSIGN_OR_RETURN(HostBuffer b,
+                         Allocate(bytes.size(), kDefaultAlignment, Init::kUninitialized));
   if (!bytes.empty()) std::memcpy(b.data(), bytes.data(), bytes.size());
   return b;
 }

@@ -27,9 +27,16 @@ class HostBuffer {
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
 
-  // Allocates `size` bytes, zero-filled. Returns kNoSpace when the allocation fails.
+  // What Allocate writes into a new block: zeros, or nothing for a producer that writes every
+  // byte of `size` before anything reads it (a pass's capture, a copy). Skipping the zeros
+  // saves a write of the whole block (and, for fresh pages, the faults come at the producer's
+  // first write instead). The padding up to the alignment is zeroed either way.
+  enum class Init { kZero, kUninitialized };
+
+  // Allocates `size` bytes. Returns kNoSpace when the allocation fails.
   // REQUIRES: `alignment` is a power of two, at least alignof(std::max_align_t).
-  static Result<HostBuffer> Allocate(size_t size, size_t alignment = kDefaultAlignment);
+  static Result<HostBuffer> Allocate(size_t size, size_t alignment = kDefaultAlignment,
+                                     Init init = Init::kZero);
 
   // Allocates and copies `bytes`.
   static Result<HostBuffer> CopyOf(std::span<const std::byte> bytes);

@@ -40,10 +40,10 @@ Status SegmentEntry::CheckNew(uint32_t layer, TensorKind kind, const Shape& shap
 }
 
 Result<TensorView> SegmentEntry::AddTensor(uint32_t layer, TensorKind kind, DType dtype,
-                                           const Shape& shape) {
+                                           const Shape& shape, HostBuffer::Init init) {
   HYPIC_RETURN_IF_ERROR(CheckNew(layer, kind, shape));
   size_t bytes = static_cast<size_t>(shape.NumElements()) * DTypeSize(dtype);
-  HYPIC_ASSIGN_OR_RETURN(HostBuffer buf, HostBuffer::Allocate(bytes, 64));
+  HYPIC_ASSIGN_OR_RETURN(HostBuffer buf, HostBuffer::Allocate(bytes, 64, init));
   auto owner = std::make_shared<HostBuffer>(std::move(buf));
   TensorView view(owner->data(), dtype, shape);
   tensors_.push_back({layer, kind, view});

@@ -64,9 +64,11 @@ class SegmentEntry {
   const SegmentKey& key() const { return meta_.key; }
   uint32_t n_tokens() const { return static_cast<uint32_t>(meta_.tokens.size()); }
 
-  // Allocates a zeroed tensor owned by the entry and returns its view for the producer to fill.
-  // Fails with kBadRequest on a duplicate (layer, kind) or a bad shape, kNoSpace on OOM.
-  Result<TensorView> AddTensor(uint32_t layer, TensorKind kind, DType dtype, const Shape& shape);
+  // Allocates a tensor owned by the entry, zeroed unless `init` says the producer writes every
+  // element (HostBuffer::Init), and returns its view for the producer to fill. Fails with
+  // kBadRequest on a duplicate (layer, kind) or a bad shape, kNoSpace on OOM.
+  Result<TensorView> AddTensor(uint32_t layer, TensorKind kind, DType dtype, const Shape& shape,
+                               HostBuffer::Init init = HostBuffer::Init::kZero);
 
   // Registers a view into memory kept alive by `owner` (zero-copy parse). Same checks.
   Status AddView(uint32_t layer, TensorKind kind, TensorView view,

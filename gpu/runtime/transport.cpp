@@ -18,7 +18,8 @@ Result<EntryPtr> CopyEntryToHost(const SegmentEntry& entry) {
                                     t.layer, TensorKindName(t.kind)));
     }
     HYPIC_ASSIGN_OR_RETURN(TensorView dst,
-                           copy->AddTensor(t.layer, t.kind, t.view.dtype(), t.view.shape()));
+                           copy->AddTensor(t.layer, t.kind, t.view.dtype(), t.view.shape(),
+                                           HostBuffer::Init::kUninitialized));
     if (t.view.NumBytes() > 0) std::memcpy(dst.data(), t.view.data(), t.view.NumBytes());
   }
   return EntryPtr(std::move(copy));

@@ -216,7 +216,8 @@ Result<runtime::EntryPtr> DownloadEntry(const SegmentEntry& entry) {
   for (const EntryTensor& t : entry.tensors()) {
     if (!t.view.IsContiguous()) return BadRequest("download: non-contiguous entry tensor");
     HYPIC_ASSIGN_OR_RETURN(TensorView dst,
-                           out->AddTensor(t.layer, t.kind, t.view.dtype(), t.view.shape()));
+                           out->AddTensor(t.layer, t.kind, t.view.dtype(), t.view.shape(),
+                                          HostBuffer::Init::kUninitialized));
     if (t.view.NumBytes() == 0) continue;
     if (t.view.memory() == MemoryKind::kDevice) {
       ScopedDevice on(t.view.device());
