@@ -448,12 +448,43 @@ void GemmRoundingA(int64_t m, float alpha, const float* a, int64_t lda, const Pa
   Gemm(m, alpha, ab, k, w, beta, c, ldc);
 }
 
+namespace {
+
+// oneDNN 2.6's sgemm runs calls of fewer than kSgemmStableRows rows on other kernels than
+// larger calls, which sum a row in another order (every shape probed on AVX-512, Intel and
+// AMD): such a call goes as kSgemmStableRows rows, the rest zero, so a row's bits are the same
+// in a chunk's tail, a seam's few rows or a decode step as in a prefill's bigger calls.
+constexpr int64_t kSgemmStableRows = 16;
+
+void PaddedSgemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  constexpr int64_t rows = kSgemmStableRows;
+  thread_local std::vector<float> a_pad, c_pad;
+  a_pad.assign(static_cast<size_t>(rows * k), 0.0f);
+  c_pad.assign(static_cast<size_t>(rows * n), 0.0f);
+  if (ta == Trans::kNo) {  // A [m, k]: m rows of k
+    for (int64_t r = 0; r < m; ++r) std::copy(a + r * lda, a + r * lda + k, &a_pad[r * k]);
+  } else {  // A stored [k, m]: k rows of m
+    for (int64_t i = 0; i < k; ++i) std::copy(a + i * lda, a + i * lda + m, &a_pad[i * rows]);
+  }
+  if (beta != 0.0f) {
+    for (int64_t r = 0; r < m; ++r) std::copy(c + r * ldc, c + r * ldc + n, &c_pad[r * n]);
+  }
+  OneDnnSgemm(ta, tb, rows, n, k, alpha, a_pad.data(), ta == Trans::kNo ? k : rows, b, ldb, beta,
+              c_pad.data(), n);
+  for (int64_t r = 0; r < m; ++r) std::copy(&c_pad[r * n], &c_pad[r * n] + n, c + r * ldc);
+}
+
+}  // namespace
+
 void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
   if (!OneDnnRowStable())
     return RowStableGemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (m < kSgemmStableRows)
+    return PaddedSgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   OneDnnSgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
