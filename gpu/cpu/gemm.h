@@ -44,7 +44,8 @@ inline constexpr int64_t kGemmRowBlock = 2048;
 // dnnl_sgemm: there a primitive's per-call cost (memory objects, argument map) outweighs its
 // faster kernel (64^3: 2.9 us against 3.9; docs/benchmarks-history.md). The choice does not
 // depend on m, so a row's result does not depend on how many rows a call has (the primitives'
-// row blocks give the same bits per row: a last-row-only lm_head equals the all-rows one).
+// row blocks give the same bits per row: a last-row-only lm_head equals the all-rows one; an
+// sgemm call of fewer than 16 rows, which oneDNN sums in another order, goes as 16).
 inline constexpr int64_t kGemmSmallDim = 128;
 
 // C = alpha op(A) op(B) + beta C, fp32.

@@ -57,7 +57,7 @@ void Model::Pass::AddLive(std::span<const uint32_t> tokens) {
 
 float* Model::Pass::CaptureBuffer(const TensorView& view) {
   if (view.dtype() == DType::kF32) return view.data_as<float>();
-  roundings_.push_back({std::vector<float>(static_cast<size_t>(view.NumElements())), view});
+  roundings_.push_back({UninitializedVector<float>(static_cast<size_t>(view.NumElements())), view});
   return roundings_.back().f32.data();
 }
 
@@ -96,27 +96,29 @@ Status Model::Pass::AddCapture(std::span<const uint32_t> tokens, int64_t seam,
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t kept = n - seam;
   capture_.assign(static_cast<size_t>(c.num_layers), {});
+  // The pass writes every element of every captured tensor (the run fails otherwise, and the
+  // entry with it), so the entry's memory is not zeroed first.
+  auto add = [&](uint32_t layer, TensorKind kind, DType dtype, const Shape& shape) {
+    return capture->AddTensor(layer, kind, dtype, shape, HostBuffer::Init::kUninitialized);
+  };
   for (int64_t li = 0; li < c.num_layers; ++li) {
     CaptureTensors& ct = capture_[static_cast<size_t>(li)];
     const auto layer = static_cast<uint32_t>(li);
     if (c.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear) {
       const int64_t hv = c.linear_value_heads, dk = c.linear_key_dim, dv = c.linear_value_dim;
-      HYPIC_ASSIGN_OR_RETURN(TensorView t, capture->AddTensor(layer, TensorKind::kTransition,
-                                                              dtypes.transition, {hv, dk, dk}));
-      HYPIC_ASSIGN_OR_RETURN(
-          TensorView s, capture->AddTensor(layer, TensorKind::kState, dtypes.state, {hv, dk, dv}));
-      HYPIC_ASSIGN_OR_RETURN(TensorView conv,
-                             capture->AddTensor(layer, TensorKind::kConvTail, dtypes.conv,
-                                                {c.conv_kernel - 1, c.conv_channels()}));
+      HYPIC_ASSIGN_OR_RETURN(TensorView t,
+                             add(layer, TensorKind::kTransition, dtypes.transition, {hv, dk, dk}));
+      HYPIC_ASSIGN_OR_RETURN(TensorView s,
+                             add(layer, TensorKind::kState, dtypes.state, {hv, dk, dv}));
+      HYPIC_ASSIGN_OR_RETURN(TensorView conv, add(layer, TensorKind::kConvTail, dtypes.conv,
+                                                  {c.conv_kernel - 1, c.conv_channels()}));
       ct.t = CaptureBuffer(t);
       ct.s = CaptureBuffer(s);
       ct.conv = CaptureBuffer(conv);
     } else {
       const Shape shape{kept, c.num_kv_heads, c.head_dim};
-      HYPIC_ASSIGN_OR_RETURN(TensorView k,
-                             capture->AddTensor(layer, TensorKind::kKey, dtypes.kv, shape));
-      HYPIC_ASSIGN_OR_RETURN(TensorView v,
-                             capture->AddTensor(layer, TensorKind::kValue, dtypes.kv, shape));
+      HYPIC_ASSIGN_OR_RETURN(TensorView k, add(layer, TensorKind::kKey, dtypes.kv, shape));
+      HYPIC_ASSIGN_OR_RETURN(TensorView v, add(layer, TensorKind::kValue, dtypes.kv, shape));
       ct.k = CaptureBuffer(k);
       ct.v = CaptureBuffer(v);
     }
@@ -154,27 +156,41 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits,
   // read it (a layer's in_proj; the router, experts and shared expert).
   const bool bf16_products = model_.weights_dtype() == DType::kBF16;
   const uint16_t* xn16 = bf16_products ? k.Bf16Rows(xn, h, rows, h) : nullptr;
-  auto residual_norm = [&](const std::vector<float>& norm) {
+  // Rows [rows - logit_rows, rows) get logits. The last layer computes its output for those
+  // rows only, widened to the last kMinOutputRows rows (OutputRows) when it has any.
+  const int64_t logit_rows = logits == nullptr ? 0 : all_logits ? rows : 1;
+  const int64_t last_out_rows =
+      logit_rows == 0 ? 0 : std::min(rows, std::max(logit_rows, kMinOutputRows));
+  // The residual step over `out`'s rows: x += y, xn = norm(x) (and xn16 its bf16 rounding,
+  // which then starts at row out.first).
+  auto residual_norm = [&](const std::vector<float>& norm, OutputRows out) {
+    const int64_t at = out.first * h;
     if (bf16_products) {
-      xn16 = k.AddRmsNormBf16(x, y, Weight(norm), xn, rows, h, eps);
+      xn16 = k.AddRmsNormBf16(x + at, y + at, Weight(norm), xn + at, out.n, h, eps);
     } else {
-      k.AddRmsNorm(x, y, Weight(norm), xn, rows, h, eps);
+      k.AddRmsNorm(x + at, y + at, Weight(norm), xn + at, out.n, h, eps);
     }
   };
   for (int64_t li = 0; li < c.num_layers; ++li) {
     const LayerWeights& lw = w.layers[static_cast<size_t>(li)];
+    const bool last = li + 1 == c.num_layers;
+    const OutputRows out_rows =
+        last ? OutputRows{rows - last_out_rows, last_out_rows} : OutputRows{0, rows};
     // xn holds this layer's input norm of x here (each residual step makes the next norm).
     const LayerOut out = c.layer_kinds[static_cast<size_t>(li)] == LayerKind::kLinear
-                             ? GdnLayer(li, xn, xn16, y)
-                             : AttentionLayer(li, xn, xn16, y);
+                             ? GdnLayer(li, xn, xn16, out_rows, y)
+                             : AttentionLayer(li, xn, xn16, out_rows, y);
     // The layer's state is final here: it leaves before the MLP and the later layers run.
     if (on_layer) HYPIC_RETURN_IF_ERROR(EmitLayer(li, out, on_layer));
-    residual_norm(lw.post_norm);
-    MlpLayer(li, xn, xn16, y);
-    if (li + 1 < c.num_layers) {
-      residual_norm(w.layers[static_cast<size_t>(li) + 1].input_norm);
-    } else {
-      k.Add(x, y, rows * h);
+    if (out_rows.n > 0) {
+      const int64_t at = out_rows.first * h;
+      residual_norm(lw.post_norm, out_rows);
+      MlpLayer(li, xn + at, xn16, out_rows.n, y + at);
+      if (!last) {
+        residual_norm(w.layers[static_cast<size_t>(li) + 1].input_norm, out_rows);
+      } else {
+        k.Add(x + at, y + at, out_rows.n * h);
+      }
     }
     HYPIC_RETURN_IF_ERROR(k.status());
     // A CPU step is done with its inputs when it returns (forward_kernels.h).
@@ -183,7 +199,7 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits,
   state_.n_positions = end_pos_;
   if (logits == nullptr) return FinishPass();
 
-  const int64_t first = all_logits ? 0 : rows - 1, n_out = rows - first;
+  const int64_t first = rows - logit_rows, n_out = logit_rows;
   k.RmsNorm(x + first * h, h, Weight(w.final_norm), xn, h, n_out, h, eps);
   const WeightTensor& head = c.tie_word_embeddings ? w.embed : w.lm_head;
   logits->assign(static_cast<size_t>(n_out * c.vocab_size), 0.0f);
@@ -208,7 +224,7 @@ Status Model::Pass::EmitLayer(int64_t li, const LayerOut& out, const LayerStateC
 }
 
 Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, const uint16_t* xn16,
-                                            float* y) {
+                                            OutputRows out_rows, float* y) {
   ForwardKernels& k = *kernels_;
   const ModelConfig& c = model_.config_;
   const GdnWeights& g = model_.weights_.layers[static_cast<size_t>(li)].gdn;
@@ -227,7 +243,9 @@ Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, const u
   float* v = Scratch(kV, rows * vw);
   float* gate = Scratch(kGate, rows * nv);
   float* beta = Scratch(kBeta, rows * nv);
-  float* o = Scratch(kO, rows * vw);
+  // The recurrence's outputs, for every row when any row's output is wanted (the chunked form
+  // makes them a chunk at a time), else none: the chain then advances the state alone.
+  float* o = out_rows.n > 0 ? Scratch(kO, rows * vw) : nullptr;
   float* state = k.Mirror(ls.state.data(), state_floats, /*read=*/true);
   float* conv = k.Mirror(ls.conv.data(), conv_floats, /*read=*/true);
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
@@ -292,7 +310,7 @@ Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, const u
       in.v = v + row * vw;
       in.g = gate + row * nv;
       in.beta = beta + row * nv;
-      out.o = o + row * vw;
+      out.o = o != nullptr ? o + row * vw : nullptr;
       out.final_state = state;
       k.LinearForward(linear::Variant::kGdn, GdnShape(c, len), in, state, out);
     };
@@ -303,7 +321,7 @@ Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, const u
                                       .v = v + r0 * vw,
                                       .g = gate + r0 * nv,
                                       .beta = beta + r0 * nv},
-                               .o = o + r0 * vw,
+                               .o = o != nullptr ? o + r0 * vw : nullptr,
                                .transition = nullptr,
                                .zero_state = nullptr});
       continue;
@@ -318,16 +336,18 @@ Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, const u
          .transition = k.Mirror(ct->t, nv * dk * dk, /*read=*/false)});
   }
   run_steps();
+  if (out_rows.n == 0) return {state, conv};
 
   // Plain gated RMSNorm per value head: w * x / rms(x) * silu(z).
-  k.GatedRmsNorm(o, proj + ch, cin, Weight(g.norm), rows, nv, dv,
+  const int64_t r0 = out_rows.first;
+  k.GatedRmsNorm(o + r0 * vw, proj + r0 * cin + ch, cin, Weight(g.norm), out_rows.n, nv, dv,
                  static_cast<float>(c.rms_norm_eps));
-  k.Gemm(rows, h, vw, o, vw, Weight(g.out_proj), vw, y, h);
+  k.Gemm(out_rows.n, h, vw, o + r0 * vw, vw, Weight(g.out_proj), vw, y + r0 * h, h);
   return {state, conv};
 }
 
 Model::Pass::LayerOut Model::Pass::AttentionLayer(int64_t li, const float* xn, const uint16_t* xn16,
-                                                  float* y) {
+                                                  OutputRows out_rows, float* y) {
   ForwardKernels& k = *kernels_;
   const ModelConfig& c = model_.config_;
   const AttentionWeights& a = model_.weights_.layers[static_cast<size_t>(li)].attention;
@@ -362,11 +382,11 @@ Model::Pass::LayerOut Model::Pass::AttentionLayer(int64_t li, const float* xn, c
     if (b.live) {
       if (static_cast<int64_t>(bi) == capture_block_) {  // K before RoPE, see model.h
         const CaptureTensors& ct = capture_[static_cast<size_t>(li)];
-        const int64_t kept = (b.n - capture_seam_) * kw;
-        k.Copy2D(k.Mirror(ct.k, kept, /*read=*/false), kept, kk + (b.row0 + capture_seam_) * kw,
-                 kept, 1, kept);
-        k.Copy2D(k.Mirror(ct.v, kept, /*read=*/false), kept, v + (b.row0 + capture_seam_) * kw,
-                 kept, 1, kept);
+        const int64_t kept = b.n - capture_seam_;  // rows, split over the compute threads
+        k.Copy2D(k.Mirror(ct.k, kept * kw, /*read=*/false), kw, kk + (b.row0 + capture_seam_) * kw,
+                 kw, kept, kw);
+        k.Copy2D(k.Mirror(ct.v, kept * kw, /*read=*/false), kw, v + (b.row0 + capture_seam_) * kw,
+                 kw, kept, kw);
       }
       k.Rope(q + b.row0 * qw, qw, b.n, nh, hd, rot, c.rope_theta, b.pos0);
       k.Rope(kk + b.row0 * kw, kw, b.n, nkv, hd, rot, c.rope_theta, b.pos0);
@@ -382,16 +402,19 @@ Model::Pass::LayerOut Model::Pass::AttentionLayer(int64_t li, const float* xn, c
     }
   }
 
-  // Every live row in one call: row r of live block b is at position b.pos0 + (r - b.row0).
-  float* attn = Scratch(kAttn, rows * qw);
+  if (out_rows.n == 0) return {kc, vc};
+
+  // Every output row in one call: row r of live block b is at position b.pos0 + (r - b.row0).
   live_positions_.clear();
   for (const Block& b : blocks_) {
     for (int64_t i = 0; b.live && i < b.n; ++i) live_positions_.push_back(b.pos0 + i);
   }
-  k.Attention({nh, nkv, hd, model_.weights_dtype() == DType::kBF16}, q, kc, vc, attn,
-              live_positions_);
-  k.SigmoidGate(attn, proj + qw, cols, rows, qw);
-  k.Gemm(rows, h, qw, attn, qw, Weight(a.o_proj), qw, y, h);
+  const int64_t r0 = out_rows.first, n_out = out_rows.n;
+  float* attn = Scratch(kAttn, n_out * qw);
+  k.Attention({nh, nkv, hd, model_.weights_dtype() == DType::kBF16}, q + r0 * qw, kc, vc, attn,
+              std::span(live_positions_).subspan(static_cast<size_t>(r0)));
+  k.SigmoidGate(attn, proj + r0 * cols + qw, cols, n_out, qw);
+  k.Gemm(n_out, h, qw, attn, qw, Weight(a.o_proj), qw, y + r0 * h, h);
   return {kc, vc};
 }
 
@@ -403,11 +426,12 @@ void Model::Pass::SwiGlu(const MlpWeights& m, const float* x, const uint16_t* x1
               Scratch(kGateUp, rows * 2 * im), out);
 }
 
-void Model::Pass::MlpLayer(int64_t li, const float* xn, const uint16_t* xn16, float* y) {
+void Model::Pass::MlpLayer(int64_t li, const float* xn, const uint16_t* xn16, int64_t rows,
+                           float* y) {
   ForwardKernels& k = *kernels_;
   const ModelConfig& c = model_.config_;
   const LayerWeights& lw = model_.weights_.layers[static_cast<size_t>(li)];
-  const int64_t rows = live_tokens(), h = c.hidden_size;
+  const int64_t h = c.hidden_size;
   if (c.mlp_kinds[static_cast<size_t>(li)] == MlpKind::kDense) {
     SwiGlu(lw.dense, xn, xn16, rows, y);
     return;

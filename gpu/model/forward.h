@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/segment_entry.h"
+#include "core/uninitialized_vector.h"
 #include "gpu/model/forward_kernels.h"
 #include "gpu/model/model.h"
 
@@ -76,7 +77,7 @@ class Model::Pass {
   };
   // A captured tensor whose dtype is not f32: computed into `f32`, rounded into `dst` by Finish.
   struct Rounding {
-    std::vector<float> f32;
+    UninitializedVector<float> f32;  // every element written by the pass
     TensorView dst;
   };
 
@@ -95,12 +96,29 @@ class Model::Pass {
     const float* first = nullptr;
     const float* second = nullptr;
   };
-  // Each layer step reads xn and xn16, its rounding to bf16 (Bf16Rows) or nullptr.
-  LayerOut GdnLayer(int64_t li, const float* xn, const uint16_t* xn16, float* y);
-  LayerOut AttentionLayer(int64_t li, const float* xn, const uint16_t* xn16, float* y);
+  // The live rows [first, first + n) whose output a layer computes. Every layer but the last
+  // outputs every row; the last only the rows whose logits are wanted (all, or the last one),
+  // or none when the pass makes only state (a segment entry, a state-only compose), as its
+  // output feeds nothing else: at 16k tokens that skips half the attention work of a prefill
+  // (llama.cpp's graph does the same). Its state (K/V, S, conv) still covers every row. A
+  // last-row request computes the last kMinOutputRows rows, so that row's bits are those of
+  // the all-rows pass: the CPU's bf16 attention takes fp32 products under 16 query rows
+  // (kBf16AttentionMinRows), and a one-row product can sum in another order.
+  static constexpr int64_t kMinOutputRows = 16;
+  struct OutputRows {
+    int64_t first = 0;
+    int64_t n = 0;
+  };
+  // Each mixer step reads xn and xn16, its rounding to bf16 (Bf16Rows) or nullptr, over every
+  // live row, advances the layer's state over all of them, and writes its output's `out` rows
+  // into the same rows of y.
+  LayerOut GdnLayer(int64_t li, const float* xn, const uint16_t* xn16, OutputRows out, float* y);
+  LayerOut AttentionLayer(int64_t li, const float* xn, const uint16_t* xn16, OutputRows out,
+                          float* y);
   // Hands layer li's state (host-visible copies of `out`) to on_layer.
   Status EmitLayer(int64_t li, const LayerOut& out, const LayerStateCallback& on_layer);
-  void MlpLayer(int64_t li, const float* xn, const uint16_t* xn16, float* y);
+  // The MLP of `rows` rows: xn [rows, hidden] (xn16 its bf16 rounding or nullptr) into y.
+  void MlpLayer(int64_t li, const float* xn, const uint16_t* xn16, int64_t rows, float* y);
   // gate_up, SiLU-gated product, down; x16: x's Bf16Rows or nullptr.
   void SwiGlu(const MlpWeights& m, const float* x, const uint16_t* x16, int64_t rows, float* out);
 

@@ -258,8 +258,9 @@ Result<std::shared_ptr<SegmentEntry>> Model::SegmentPrefill(std::span<const uint
   } else {
     pass.AddLive(tokens);
   }
-  std::vector<float> logits;
-  HYPIC_RETURN_IF_ERROR(pass.Run(/*all_logits=*/false, &logits));
+  // No logits: the entry (and the context's state) is all the pass makes, so its last layer
+  // advances the state without computing an output (Pass::OutputRows).
+  HYPIC_RETURN_IF_ERROR(pass.Run(/*all_logits=*/false, /*logits=*/nullptr));
   return entry;
 }
 

@@ -73,32 +73,38 @@ Timing Median(int reps, Fn&& fn) {
   return MedianTiming(reps, CpuClock::kProcess, std::forward<Fn>(fn));
 }
 
-// Matmul FLOPs of a full prefill of T tokens with last-row logits: every projection, the routed
-// and shared experts, causal attention (QK and PV over the causal pairs). The recurrence, conv
-// and elementwise work are not counted.
+// Matmul FLOPs of a full prefill of T tokens with last-row logits, as the pass computes them:
+// every projection, the routed and shared experts and causal attention (QK and PV over the
+// causal pairs) for every row of every layer but the last, whose output only the last row
+// needs (Pass::OutputRows: there its K/V or GDN input projection covers every row, its
+// attention, output projection and MLP the last row), and the lm_head of one row. The
+// recurrence, conv and elementwise work are not counted.
 double PrefillFlops(const model::ModelConfig& c, double T) {
   const double h = static_cast<double>(c.hidden_size);
-  double per_token = 0.0, attention = 0.0;
+  double flops = 2 * h * static_cast<double>(c.vocab_size);
   for (int64_t li = 0; li < c.num_layers; ++li) {
+    const double out = li + 1 == c.num_layers ? 1.0 : T;  // rows whose output is computed
     if (c.layer_kinds[static_cast<size_t>(li)] == model::LayerKind::kLinear) {
       const double cin =
           static_cast<double>(c.conv_channels() + c.value_width() + 2 * c.linear_value_heads);
-      per_token += 2 * h * (cin + static_cast<double>(c.value_width()));
+      flops += 2 * h * (cin * T + static_cast<double>(c.value_width()) * out);
     } else {
-      const double hd = static_cast<double>(c.head_dim);
-      per_token += 2 * h * hd * static_cast<double>(3 * c.num_heads + 2 * c.num_kv_heads);
-      attention += 4.0 * hd * static_cast<double>(c.num_heads) * T * (T + 1) / 2;
+      const double hd = static_cast<double>(c.head_dim), nh = static_cast<double>(c.num_heads);
+      const double kv = static_cast<double>(c.num_kv_heads);
+      flops += 2 * h * hd * ((2 * nh + 2 * kv) * T + nh * out);  // in_proj (q, gate, k, v), o
+      // Row r attends r + 1 keys: the last `out` rows of T.
+      flops += 4.0 * hd * nh * (T * (T + 1) / 2 - (T - out) * (T - out + 1) / 2);
     }
     if (c.mlp_kinds[static_cast<size_t>(li)] == model::MlpKind::kMoe) {
-      per_token += 2 * h * static_cast<double>(c.num_experts);
-      per_token += 6 * h *
-                   static_cast<double>(c.experts_per_token * c.moe_intermediate_size +
-                                       c.shared_expert_intermediate_size);
+      flops += out * (2 * h * static_cast<double>(c.num_experts) +
+                      6 * h *
+                          static_cast<double>(c.experts_per_token * c.moe_intermediate_size +
+                                              c.shared_expert_intermediate_size));
     } else {
-      per_token += 6 * h * static_cast<double>(c.intermediate_size);
+      flops += out * 6 * h * static_cast<double>(c.intermediate_size);
     }
   }
-  return per_token * T + attention + 2 * h * static_cast<double>(c.vocab_size);
+  return flops;
 }
 
 struct ModeResult {
@@ -280,7 +286,10 @@ int Run(const Options& opt) {
 
   // T overhead: SegmentPrefill (with T and S(C|0)) against a plain prefill of the same tokens,
   // run in turns (RunInTurns, at least 9 pairs per segment) so that both see the same machine:
-  // the median of the per-pair ratios. `plain` and `with_t` sum the per-segment medians.
+  // the median of the per-pair ratios. `plain` and `with_t` sum the per-segment medians. The
+  // plain prefill makes the state without logits, as the segment prefill makes its entry
+  // without them: both skip the last layer's output (Pass::OutputRows), so the difference is
+  // the capture's alone.
   const int t_segs = std::min(opt.t_segments, opt.segments);
   Timing plain, with_t;
   std::vector<Timing> plain_runs, with_t_runs;
@@ -289,7 +298,10 @@ int Run(const Options& opt) {
     std::vector<Timing> p, t;
     RunInTurns(
         std::max(opt.reps, 9), CpuClock::kProcess,
-        [&] { (void)m.FullPrefill(seg, {.want_state = false, .device = dev}); },
+        [&] {
+          (void)m.Compose(std::vector<ComposePart>{{ComposePart::Kind::kRaw, seg, nullptr}},
+                          {.mode = ComposeMode::kFull, .want_logits = false, .device = dev});
+        },
         [&] { (void)m.SegmentPrefill(seg, seg_opts); }, &p, &t);
     plain += MedianOfRuns(p);
     with_t += MedianOfRuns(t);

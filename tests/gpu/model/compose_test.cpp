@@ -101,6 +101,42 @@ TEST_CASE("Compose in full mode, and hypic with seam >= every segment, equal Ful
   CHECK(wide.logits == full->logits);
 }
 
+TEST_CASE("the last layer computes only the rows it outputs; the state covers every row") {
+  for (WeightsDType weights : {WeightsDType::kF32, WeightsDType::kBf16}) {
+    ScratchDir dir;
+    auto m = testing::LoadTiny(dir.path(), {.dtype = DType::kBF16, .weights = weights});
+    CAPTURE(WeightsDTypeName(weights));
+    hypic::testing::SeededRng rng(21);
+    const auto tokens = rng.Tokens(84, static_cast<uint32_t>(m->config().vocab_size));
+    auto all = m->FullPrefill(tokens, {.all_logits = true});
+    auto last = m->FullPrefill(tokens);
+    auto state_only =
+        m->Compose(std::vector<ComposePart>{{Kind::kRaw, tokens, nullptr}},
+                   {.mode = ComposeMode::kFull, .want_state = true, .want_logits = false});
+    REQUIRE_OK(all);
+    REQUIRE_OK(last);
+    REQUIRE_OK(state_only);
+    CHECK(state_only->logits.empty());
+    const auto vocab = static_cast<size_t>(m->config().vocab_size);
+    REQUIRE(all->logits.size() == tokens.size() * vocab);
+    const std::vector<float> all_last(all->logits.end() - static_cast<ptrdiff_t>(vocab),
+                                      all->logits.end());
+    // The last row through a last layer of the last 16 rows: the same bits as the whole pass.
+    CHECK(last->logits == all_last);
+    for (size_t li = 0; li < all->state.layers.size(); ++li) {
+      CAPTURE(li);
+      for (const ModelState* s : {&last->state, &state_only->state}) {
+        const LayerState& a = s->layers[li];
+        const LayerState& b = all->state.layers[li];
+        CHECK(a.state == b.state);
+        CHECK(a.conv == b.conv);
+        CHECK(a.k == b.k);
+        CHECK(a.v == b.v);
+      }
+    }
+  }
+}
+
 TEST_CASE("the two checkpoint formats of the same weights give identical logits") {
   ScratchDir a, b;
   auto next = testing::LoadTiny(a.path(), {.format = WeightFormat::kQwen3Next, .seed = 9});
