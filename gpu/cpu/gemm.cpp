@@ -456,12 +456,16 @@ namespace {
 // in a chunk's tail, a seam's few rows or a decode step as in a prefill's bigger calls.
 constexpr int64_t kSgemmStableRows = 16;
 
+// The rows past m of the padded A and C keep whatever earlier calls left there (zeros at first,
+// then earlier inputs and outputs): an output row depends only on its own row of A (and of C),
+// and those rows are dropped, so nothing is cleared per call (the chunked form's seam steps
+// make thousands of these calls in a compose).
 void PaddedSgemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   constexpr int64_t rows = kSgemmStableRows;
   thread_local std::vector<float> a_pad, c_pad;
-  a_pad.assign(static_cast<size_t>(rows * k), 0.0f);
-  c_pad.assign(static_cast<size_t>(rows * n), 0.0f);
+  if (a_pad.size() < static_cast<size_t>(rows * k)) a_pad.resize(static_cast<size_t>(rows * k));
+  if (c_pad.size() < static_cast<size_t>(rows * n)) c_pad.resize(static_cast<size_t>(rows * n));
   if (ta == Trans::kNo) {  // A [m, k]: m rows of k
     for (int64_t r = 0; r < m; ++r) std::copy(a + r * lda, a + r * lda + k, &a_pad[r * k]);
   } else {  // A stored [k, m]: k rows of m
