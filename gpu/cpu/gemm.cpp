@@ -481,6 +481,87 @@ void PaddedSgemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alph
 
 }  // namespace
 
+namespace {
+
+// Row i of C's columns [j0, j0 + W) for GemmFewRows: op(A)'s row against op(B) stored [k, n]
+// (row stride ldb), the W sums in registers (fully unrolled).
+template <int W>
+void FewRowsTile(const float* a_row, int64_t a_step, int64_t k, const float* b, int64_t ldb,
+                 int64_t j0, float alpha, float beta, float* c_row) {
+  float acc[W] = {};
+  for (int64_t l = 0; l < k; ++l) {
+    const float x = a_row[l * a_step];
+    const float* bl = b + l * ldb + j0;
+#pragma GCC unroll 64
+    for (int j = 0; j < W; ++j) acc[j] += x * bl[j];
+  }
+  float* cj = c_row + j0;
+  if (beta == 0.0f) {  // C is not read: it may hold anything
+    for (int j = 0; j < W; ++j) cj[j] = alpha * acc[j];
+  } else {
+    for (int j = 0; j < W; ++j) cj[j] = alpha * acc[j] + beta * cj[j];
+  }
+}
+
+// C[i, j] for op(B) = B^T (B stored [n, k]) and a contiguous row of A: a dot product over k in
+// 16 lanes, summed lane by lane in one fixed order.
+float FewRowsDot(const float* a_row, const float* b_row, int64_t k) {
+  constexpr int kLanes = 16;
+  float acc[kLanes] = {};
+  int64_t l = 0;
+  for (; l + kLanes <= k; l += kLanes) {
+#pragma GCC unroll 16
+    for (int q = 0; q < kLanes; ++q) acc[q] += a_row[l + q] * b_row[l + q];
+  }
+  for (int q = 0; l < k; ++l, ++q) acc[q] += a_row[l] * b_row[l];
+#pragma GCC unroll 4
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+#pragma GCC unroll 8
+    for (int q = 0; q < width; ++q) acc[q] += acc[q + width];
+  }
+  return acc[0];
+}
+
+}  // namespace
+
+void GemmFewRows(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
+  if (ta == Trans::kNo && tb == Trans::kYes) {  // rows of A against rows of B: dot products
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        const float dot = FewRowsDot(a + i * lda, b + j * ldb, k);
+        float& cij = c[i * ldc + j];
+        cij = beta == 0.0f ? alpha * dot : alpha * dot + beta * cij;  // beta 0: C is not read
+      }
+    }
+    return;
+  }
+  // op(B) as [k, n] rows: B itself, or its transpose copied (n x k, a few KiB here).
+  thread_local std::vector<float> b_rows;
+  if (tb == Trans::kYes) {
+    b_rows.resize(static_cast<size_t>(k * n));
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t l = 0; l < k; ++l) b_rows[static_cast<size_t>(l * n + j)] = b[j * ldb + l];
+    }
+    b = b_rows.data();
+    ldb = n;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    // Row i of op(A): a[i, l] at a + i * lda + l, or a[l, i] at a + l * lda + i.
+    const float* a_row = ta == Trans::kNo ? a + i * lda : a + i;
+    const int64_t a_step = ta == Trans::kNo ? 1 : lda;
+    float* c_row = c + i * ldc;
+    int64_t j0 = 0;
+    for (; j0 + 64 <= n; j0 += 64)
+      FewRowsTile<64>(a_row, a_step, k, b, ldb, j0, alpha, beta, c_row);
+    for (; j0 + 16 <= n; j0 += 16)
+      FewRowsTile<16>(a_row, a_step, k, b, ldb, j0, alpha, beta, c_row);
+    for (; j0 < n; ++j0) FewRowsTile<1>(a_row, a_step, k, b, ldb, j0, alpha, beta, c_row);
+  }
+}
+
 void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;

@@ -32,8 +32,17 @@ namespace hypic::linear {
 
 namespace {
 
-using cpu::Gemm;
 using cpu::Trans;
+
+// A chunk's products: a few rows (a chunk's tail, a compose's seam steps) on GemmFewRows, where
+// a library call costs more than the product itself; the rest on cpu::Gemm.
+void ChunkGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m < cpu::kGemmFewRows) {
+    return cpu::GemmFewRows(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  cpu::Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 // Subtracts rows [0, r) of X, weighted by A's row r, from columns [j0, j0 + W) of row r. The W
 // accumulators stay in registers (fully unrolled), so the sum over s is not bound by the
@@ -122,16 +131,17 @@ class ChunkKernel {
     const float* v_new = u_.data();
     if (delta_) {
       std::memcpy(v_new_.data(), u_.data(), int64_t{L} * n * sizeof(float));
-      Gemm(Trans::kNo, Trans::kNo, L, n, dk, -1.0f, w_.data(), dk, s, n, 1.0f, v_new_.data(), n);
+      ChunkGemm(Trans::kNo, Trans::kNo, L, n, dk, -1.0f, w_.data(), dk, s, n, 1.0f, v_new_.data(),
+                n);
       v_new = v_new_.data();
     }
     if (o != nullptr) {
       // q_ holds e^b . Q after Prepare.
-      Gemm(Trans::kNo, Trans::kNo, L, n, dk, 1.0f, q_.data(), dk, s, n, 0.0f, o, ldo);
-      Gemm(Trans::kNo, Trans::kNo, L, n, L, 1.0f, a_qk_.data(), L, v_new, n, 1.0f, o, ldo);
+      ChunkGemm(Trans::kNo, Trans::kNo, L, n, dk, 1.0f, q_.data(), dk, s, n, 0.0f, o, ldo);
+      ChunkGemm(Trans::kNo, Trans::kNo, L, n, L, 1.0f, a_qk_.data(), L, v_new, n, 1.0f, o, ldo);
     }
     ScaleRows(decay_end_.data(), n, s);
-    Gemm(Trans::kYes, Trans::kNo, dk, n, L, 1.0f, k_hat_.data(), dk, v_new, n, 1.0f, s, n);
+    ChunkGemm(Trans::kYes, Trans::kNo, dk, n, L, 1.0f, k_hat_.data(), dk, v_new, n, 1.0f, s, n);
   }
 
   // True when StepWithTransition can advance both chains of this chunk at once: the delta
@@ -150,13 +160,15 @@ class ChunkKernel {
       std::memcpy(yr, u_.data() + int64_t{r} * n, n * sizeof(float));
       std::fill(yr + n, yr + nx, 0.0f);
     }
-    Gemm(Trans::kNo, Trans::kNo, L, nx, dk, -1.0f, w_.data(), dk, x, nx, 1.0f, y_.data(), nx);
+    ChunkGemm(Trans::kNo, Trans::kNo, L, nx, dk, -1.0f, w_.data(), dk, x, nx, 1.0f, y_.data(), nx);
     if (o != nullptr) {
-      Gemm(Trans::kNo, Trans::kNo, L, n, dk, 1.0f, q_.data(), dk, x, nx, 0.0f, o, ldo);
-      Gemm(Trans::kNo, Trans::kNo, L, n, L, 1.0f, a_qk_.data(), L, y_.data(), nx, 1.0f, o, ldo);
+      ChunkGemm(Trans::kNo, Trans::kNo, L, n, dk, 1.0f, q_.data(), dk, x, nx, 0.0f, o, ldo);
+      ChunkGemm(Trans::kNo, Trans::kNo, L, n, L, 1.0f, a_qk_.data(), L, y_.data(), nx, 1.0f, o,
+                ldo);
     }
     ScaleRows(decay_end_.data(), nx, x);
-    Gemm(Trans::kYes, Trans::kNo, dk, nx, L, 1.0f, k_hat_.data(), dk, y_.data(), nx, 1.0f, x, nx);
+    ChunkGemm(Trans::kYes, Trans::kNo, dk, nx, L, 1.0f, k_hat_.data(), dk, y_.data(), nx, 1.0f, x,
+              nx);
   }
 
   // Advances the dense transition chain T [dk, dk] (delta family) in fp32: T <- D T - K_hat^T
@@ -212,9 +224,9 @@ class ChunkKernel {
   // T <- Diag(decay) T - kh^T (w T) over `rows` tokens.
   void AdvanceTransition(const float* w, const float* kh, const float* decay, int rows, float* t) {
     const int dk = dk_;
-    Gemm(Trans::kNo, Trans::kNo, rows, dk, dk, -1.0f, w, dk, t, dk, 0.0f, vt_.data(), dk);
+    ChunkGemm(Trans::kNo, Trans::kNo, rows, dk, dk, -1.0f, w, dk, t, dk, 0.0f, vt_.data(), dk);
     ScaleRows(decay, dk, t);
-    Gemm(Trans::kYes, Trans::kNo, dk, dk, rows, 1.0f, kh, dk, vt_.data(), dk, 1.0f, t, dk);
+    ChunkGemm(Trans::kYes, Trans::kNo, dk, dk, rows, 1.0f, kh, dk, vt_.data(), dk, 1.0f, t, dk);
   }
 
   // The WY factors of chunk rows [r0, r1) taken alone: decays relative to the block's start,
@@ -273,11 +285,11 @@ class ChunkKernel {
   void BuildScores() {
     const int L = len_, dk = dk_;
     if (kind_ != DecayKind::kDiag) {
-      Gemm(Trans::kNo, Trans::kYes, L, L, dk, 1.0f, q_.data(), dk, k_.data(), dk, 0.0f,
-           a_qk_.data(), L);
+      ChunkGemm(Trans::kNo, Trans::kYes, L, L, dk, 1.0f, q_.data(), dk, k_.data(), dk, 0.0f,
+                a_qk_.data(), L);
       if (delta_) {
-        Gemm(Trans::kNo, Trans::kYes, L, L, dk, 1.0f, k_.data(), dk, k_.data(), dk, 0.0f,
-             a_kk_.data(), L);
+        ChunkGemm(Trans::kNo, Trans::kYes, L, L, dk, 1.0f, k_.data(), dk, k_.data(), dk, 0.0f,
+                  a_kk_.data(), L);
       }
       // The scalar decay's factor e^{b_r - b_s} as e^{b_r} e^{-b_s}: two exps per row rather
       // than one per pair, in double, whose product is within a few double ulps of the exp of
@@ -382,7 +394,7 @@ void SubtractTransitionTimesState(const float* dense, DecayKind kind, double log
                                   const double* log_sum_diag, const float* init, int dk, int dv,
                                   float* z) {
   if (dense != nullptr) {
-    Gemm(Trans::kNo, Trans::kNo, dk, dv, dk, -1.0f, dense, dk, init, dv, 1.0f, z, dv);
+    ChunkGemm(Trans::kNo, Trans::kNo, dk, dv, dk, -1.0f, dense, dk, init, dv, 1.0f, z, dv);
     return;
   }
   for (int d = 0; d < dk; ++d) {

@@ -147,6 +147,38 @@ TEST_CASE("a row's bits do not depend on how many rows its call has (fp32 and bf
   }
 }
 
+TEST_CASE("GemmFewRows: a float64 product's value, beta 0 never reads C, a row's bits whatever m") {
+  testing::SeededRng rng(12);
+  for (Trans ta : {Trans::kNo, Trans::kYes}) {
+    for (Trans tb : {Trans::kNo, Trans::kYes}) {
+      for (int64_t m : {int64_t{1}, int64_t{8}, kGemmFewRows - 1}) {
+        for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, {-1.0f, 1.0f}, {0.125f, 0.5f}}) {
+          for (int64_t n : {8, 64, 136, 83}) {  // tiles of 64, 16 and single columns
+            const int64_t k = 64;
+            const auto [p, a, b, c0] = MakeStrided(rng, ta, tb, m, n, k, alpha, beta);
+            auto c = c0;
+            if (beta == 0.0f) {  // what C held must not matter
+              for (int64_t i = 0; i < m; ++i) {
+                std::fill_n(c.begin() + i * p.ldc, n, std::numeric_limits<float>::quiet_NaN());
+              }
+            }
+            GemmFewRows(ta, tb, m, n, k, alpha, a.data(), p.lda, b.data(), p.ldb, beta, c.data(),
+                        p.ldc);
+            INFO("ta=", int(ta), " tb=", int(tb), " m=", m, " n=", n, " beta=", beta);
+            CheckProduct(p, a, b, c0, c);
+            // Row m - 1 alone gets the bits it had among m rows.
+            std::vector<float> last(c0.begin() + (m - 1) * p.ldc, c0.begin() + m * p.ldc);
+            const float* a_last = ta == Trans::kNo ? a.data() + (m - 1) * p.lda : a.data() + m - 1;
+            GemmFewRows(ta, tb, 1, n, k, alpha, a_last, p.lda, b.data(), p.ldb, beta, last.data(),
+                        p.ldc);
+            CHECK(std::equal(last.begin(), last.begin() + n, c.begin() + (m - 1) * p.ldc));
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("small fp32 products (sgemm's): a row's bits whatever its call's rows, A either way") {
   // n, k <= kGemmSmallDim: the chunked linear-attention products, a small model's layers. A
   // call of a few rows (a chunk's tail, a seam, a decode step) equals the same rows of a big one.
