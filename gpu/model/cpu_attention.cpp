@@ -12,6 +12,7 @@
 #include "gpu/cpu/gemm.h"
 #include "gpu/cpu/row_stable_gemm.h"
 #include "gpu/cpu/vec8.h"
+#include "gpu/model/cpu_kernels.h"
 #include "gpu/model/forward_math.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
@@ -90,6 +91,60 @@ float SoftmaxStep(float* row, int64_t valid, float* max, float* sum) {
 
 // The query tile of the i-th item of a kv head's `tiles`: first with last (0, T-1, 1, T-2,
 // ...), so equal ranges of items cost about the same under the causal mask.
+// The span of `kv` (in order, covering every position from 0) that holds position p.
+size_t SpanOf(std::span<const KvSpan> kv, int64_t p) {
+  size_t s = 0;
+  while (p >= kv[s].pos0 + kv[s].n) ++s;
+  return s;
+}
+
+// Rows [b0, b0 + n) of kv head g's K (key) or V, [n, hd] at the returned pointer with row
+// stride *ld: in place when they lie in one span whose rows need no rotation, else gathered
+// into `tile` (n x hd floats), a rope span's K rows rotated as ApplyRope rotates them.
+const float* KvBlockRows(std::span<const KvSpan> kv, const KvRope& rope, bool key, int64_t ldk,
+                         int64_t g, int64_t hd, int64_t b0, int64_t n, float* tile, int64_t* ld) {
+  size_t s = SpanOf(kv, b0);
+  const auto rows_of = [&](const KvSpan& span, int64_t p) {
+    return (key ? span.k : span.v) + (p - span.pos0) * ldk + g * hd;
+  };
+  if (b0 + n <= kv[s].pos0 + kv[s].n && !(key && kv[s].rope)) {
+    *ld = ldk;
+    return rows_of(kv[s], b0);
+  }
+  for (int64_t p = b0; p < b0 + n; ++s) {
+    const KvSpan& span = kv[s];
+    const int64_t take = std::min(b0 + n, span.pos0 + span.n) - p;
+    const float* src = rows_of(span, p);
+    float* dst = tile + (p - b0) * hd;
+    for (int64_t r = 0; r < take; ++r) std::copy_n(src + r * ldk, hd, dst + r * hd);
+    if (key && span.rope) ApplyRope(dst, hd, take, 1, hd, rope.rotary_dim, rope.theta, p);
+    p += take;
+  }
+  *ld = hd;
+  return tile;
+}
+
+// Every span's K and V into *out as two caches of `keys` rows (K, then V), rope spans' K
+// rotated: the fp32 products read contiguous K/V.
+void GatherKv(const AttentionShape& shape, const KvRope& rope, std::span<const KvSpan> kv,
+              int64_t keys, std::vector<float>* out) {
+  const int64_t kw = shape.kv_heads * shape.head_dim;
+  if (out->size() < static_cast<size_t>(2 * keys * kw))
+    out->resize(static_cast<size_t>(2 * keys * kw));
+  float* k = out->data();
+  float* v = k + keys * kw;
+  for (const KvSpan& span : kv) {
+    const int64_t n = std::min(span.n, keys - span.pos0);
+    if (n <= 0) continue;
+    std::copy_n(span.k, n * kw, k + span.pos0 * kw);
+    std::copy_n(span.v, n * kw, v + span.pos0 * kw);
+    if (span.rope) {
+      ApplyRope(k + span.pos0 * kw, kw, n, shape.kv_heads, shape.head_dim, rope.rotary_dim,
+                rope.theta, span.pos0);
+    }
+  }
+}
+
 int64_t PairedTile(int64_t i, int64_t tiles) { return i % 2 == 0 ? i / 2 : tiles - 1 - i / 2; }
 
 // The keys of row r's block [b0, b0 + nb) that it may attend.
@@ -333,8 +388,8 @@ struct PackedKv {
   const uint32_t* v = nullptr;
 };
 
-PackedKv PackKv(const AttentionShape& shape, const float* k, const float* v, int64_t keys,
-                std::vector<uint32_t>* buffer) {
+PackedKv PackKv(const AttentionShape& shape, const KvRope& rope, std::span<const KvSpan> kv,
+                int64_t keys, std::vector<uint32_t>* buffer) {
   const int64_t hd = shape.head_dim, pairs = hd / 2, ldk = shape.kv_heads * hd;
   const int64_t blocks = (keys + kKBlock - 1) / kKBlock;
   const int64_t per_head = blocks * kKBlock * pairs, per_tensor = shape.kv_heads * per_head;
@@ -346,13 +401,16 @@ PackedKv PackKv(const AttentionShape& shape, const float* k, const float* v, int
   uint32_t* vp = kp + per_tensor;
   cpu::ParallelFor(shape.kv_heads * blocks, 4, [&](int64_t i0, int64_t i1) {
     std::vector<uint16_t> rows16(static_cast<size_t>(kKBlock * hd));
+    std::vector<float> gathered(static_cast<size_t>(kKBlock * hd));  // KvBlockRows' tile
+    int64_t ld = 0;
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t g = item / blocks, b0 = (item % blocks) * kKBlock;
       const int64_t n = std::min(kKBlock, keys - b0);
       std::fill(rows16.begin() + n * hd, rows16.end(), uint16_t{0});
       const auto* rows32 = reinterpret_cast<const Bf16PairAlias*>(rows16.data());
 
-      cpu::ConvertRowsToBf16(k + b0 * ldk + g * hd, ldk, n, hd, rows16.data(), hd);
+      const float* k = KvBlockRows(kv, rope, /*key=*/true, ldk, g, hd, b0, n, gathered.data(), &ld);
+      cpu::ConvertRowsToBf16(k, ld, n, hd, rows16.data(), hd);
       uint32_t* kd = kp + g * per_head + b0 * pairs;
       for (int64_t kg = 0; kg < kKBlock / kKeyGroup; ++kg) {
         for (int64_t p = 0; p < pairs; ++p) {
@@ -363,7 +421,9 @@ PackedKv PackKv(const AttentionShape& shape, const float* k, const float* v, int
         }
       }
 
-      cpu::ConvertRowsToBf16(v + b0 * ldk + g * hd, ldk, n, hd, rows16.data(), hd);
+      const float* v =
+          KvBlockRows(kv, rope, /*key=*/false, ldk, g, hd, b0, n, gathered.data(), &ld);
+      cpu::ConvertRowsToBf16(v, ld, n, hd, rows16.data(), hd);
       uint32_t* vd = vp + g * per_head + b0 * pairs;
       for (int64_t j = 0; j < kKBlock / 2; ++j) {
         const uint16_t* even = rows16.data() + 2 * j * hd;
@@ -736,14 +796,14 @@ bool UseAmx(int64_t head_dim) { return head_dim % 64 == 0 && AmxUsable(); }
 bool UseAmx(int64_t) { return false; }
 #endif  // HYPIC_AMX_ATTENTION
 
-void AttentionBf16(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                   float* out, std::span<const int64_t> positions,
+void AttentionBf16(const AttentionShape& shape, const KvRope& rope, const float* q,
+                   std::span<const KvSpan> kv, float* out, std::span<const int64_t> positions,
                    std::vector<uint32_t>* pack_buffer) {
   const auto rows = static_cast<int64_t>(positions.size());
   const int64_t hd = shape.head_dim, pairs = hd / 2, group = shape.heads / shape.kv_heads;
   const int64_t ldq = shape.heads * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const PackedKv packed = PackKv(shape, k, v, positions.back() + 1, pack_buffer);
+  const PackedKv packed = PackKv(shape, rope, kv, positions.back() + 1, pack_buffer);
 
   const bool amx = UseAmx(hd);
   const int64_t group_rows = amx ? kAmxRows : kQkRows;  // query rows per scores-PV step
@@ -886,24 +946,40 @@ const char* AttentionKernelName(int64_t head_dim, bool bf16_products) {
 #endif
 }
 
-void CausalAttention(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                     float* out, std::span<const int64_t> positions,
-                     std::vector<uint32_t>* pack_buffer) {
+void CausalAttention(const AttentionShape& shape, const KvRope& rope, const float* q,
+                     std::span<const KvSpan> kv, float* out, std::span<const int64_t> positions,
+                     std::vector<uint32_t>* pack_buffer, std::vector<float>* contiguous) {
   if (positions.empty()) return;
 #ifdef HYPIC_BF16_ATTENTION
   if (shape.bf16_products && HasBf16Attention(shape.head_dim) &&
       static_cast<int64_t>(positions.size()) >= kBf16AttentionMinRows) {
-    AttentionBf16(shape, q, k, v, out, positions, pack_buffer);
+    AttentionBf16(shape, rope, q, kv, out, positions, pack_buffer);
     return;
   }
 #else
   (void)pack_buffer;
 #endif
+  const float* k = kv.front().k;
+  const float* v = kv.front().v;
+  if (kv.size() > 1 || kv.front().rope) {
+    const int64_t kw = shape.kv_heads * shape.head_dim, keys = positions.back() + 1;
+    GatherKv(shape, rope, kv, keys, contiguous);
+    k = contiguous->data();
+    v = k + keys * kw;
+  }
   if (cpu::DescribeGemm().f32_onednn) {
     AttentionF32(shape, q, k, v, out, positions);
   } else {
     fused::Attention(shape, q, k, v, out, positions);
   }
+}
+
+void CausalAttention(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                     float* out, std::span<const int64_t> positions,
+                     std::vector<uint32_t>* pack_buffer) {
+  if (positions.empty()) return;
+  const KvSpan all{.pos0 = 0, .n = positions.back() + 1, .k = k, .v = v, .rope = false};
+  CausalAttention(shape, {}, q, std::span(&all, 1), out, positions, pack_buffer, nullptr);
 }
 
 }  // namespace hypic::model

@@ -52,4 +52,13 @@ void CausalAttention(const AttentionShape& shape, const float* q, const float* k
                      float* out, std::span<const int64_t> positions,
                      std::vector<uint32_t>* pack_buffer);
 
+// The same with K/V as spans covering positions [0, positions.back()] in order
+// (ForwardKernels::AttentionSpans), each read in place, a `rope` span's K rotated (ApplyRope's
+// rotation) as it is read: the bf16 products pack straight from the spans; the fp32 ones first
+// gather them into *contiguous (2 x positions x kv_heads x head_dim floats, kept by the
+// caller). The same bits as CausalAttention over caches holding the rotated rows.
+void CausalAttention(const AttentionShape& shape, const KvRope& rope, const float* q,
+                     std::span<const KvSpan> kv, float* out, std::span<const int64_t> positions,
+                     std::vector<uint32_t>* pack_buffer, std::vector<float>* contiguous);
+
 }  // namespace hypic::model

@@ -224,7 +224,8 @@ CpuForwardKernels::CpuForwardKernels() : scratch_(std::exchange(ThreadScratch(),
 CpuForwardKernels::~CpuForwardKernels() {
   constexpr size_t kKeptScratchBytes = size_t{2048} << 20;
   size_t bytes = (scratch_.x_bf16.capacity() + scratch_.rows_bf16.capacity()) * sizeof(uint16_t) +
-                 scratch_.kv_pack.capacity() * sizeof(uint32_t);
+                 scratch_.kv_pack.capacity() * sizeof(uint32_t) +
+                 scratch_.kv_gather.capacity() * sizeof(float);
   for (const Buffer& b : scratch_.slots) bytes += static_cast<size_t>(b.capacity) * sizeof(float);
   for (const auto& v : scratch_.expert_out) bytes += v.capacity() * sizeof(float);
   ScratchSet& kept = ThreadScratch();
@@ -497,6 +498,12 @@ void CpuForwardKernels::LinearSteps(linear::Variant variant, const linear::Shape
 void CpuForwardKernels::Attention(const AttentionShape& shape, const float* q, const float* k,
                                   const float* v, float* out, std::span<const int64_t> positions) {
   CausalAttention(shape, q, k, v, out, positions, &scratch_.kv_pack);
+}
+
+void CpuForwardKernels::AttentionSpans(const AttentionShape& shape, const KvRope& rope,
+                                       const float* q, std::span<const KvSpan> kv, float* out,
+                                       std::span<const int64_t> positions) {
+  CausalAttention(shape, rope, q, kv, out, positions, &scratch_.kv_pack, &scratch_.kv_gather);
 }
 
 void CpuForwardKernels::SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows,

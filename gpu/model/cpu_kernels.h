@@ -94,6 +94,10 @@ class CpuForwardKernels final : public ForwardKernels {
                    std::span<const LinearStep> steps, float* state) override;
   void Attention(const AttentionShape& shape, const float* q, const float* k, const float* v,
                  float* out, std::span<const int64_t> positions) override;
+  bool AttendsKvSpans() const override { return true; }
+  void AttentionSpans(const AttentionShape& shape, const KvRope& rope, const float* q,
+                      std::span<const KvSpan> kv, float* out,
+                      std::span<const int64_t> positions) override;
   void SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows, int64_t cols) override;
   void SwiGlu(float* gu, int64_t rows, int64_t im) override;
   // Row tiles through all three steps (MlpRows); `gu` is not used.
@@ -149,6 +153,7 @@ class CpuForwardKernels final : public ForwardKernels {
     std::vector<std::vector<int64_t>> expert_rows;  // MoeExperts' routing, per expert
     std::vector<std::vector<float>> expert_weights;
     std::vector<uint32_t> kv_pack;  // bf16 attention's packed K and V
+    std::vector<float> kv_gather;   // fp32 attention's K and V gathered from spans
   };
   static ScratchSet& ThreadScratch();
   ScratchSet scratch_;

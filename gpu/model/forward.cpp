@@ -36,8 +36,13 @@ linear::Shape GdnShape(const ModelConfig& c, int64_t tokens) {
 }  // namespace
 
 Model::Pass::Pass(const Model& model, ModelState& state, ComposeMode mode,
-                  const ComputeDevice& device)
-    : model_(model), state_(state), mode_(mode), device_(device), end_pos_(state.n_positions) {}
+                  const ComputeDevice& device, StateUse use)
+    : model_(model),
+      state_(state),
+      mode_(mode),
+      device_(device),
+      state_use_(use),
+      end_pos_(state.n_positions) {}
 
 float* Model::Pass::Scratch(ScratchSlot slot, int64_t n) { return kernels_->Scratch(slot, n); }
 
@@ -368,16 +373,28 @@ Model::Pass::LayerOut Model::Pass::AttentionLayer(int64_t li, const float* xn, c
   k.RmsNorm(q, hd, Weight(a.q_norm), q, hd, rows * nh, hd, eps);
   k.RmsNorm(kk, hd, Weight(a.k_norm), kk, hd, rows * nkv, hd, eps);
 
-  // K/V of every position: the state's, then each block's in order.
-  const auto positions = static_cast<size_t>(end_pos_);
-  ls.k.resize(positions * static_cast<size_t>(kw));
-  ls.v.resize(positions * static_cast<size_t>(kw));
-  float* kc = k.Mirror(ls.k.data(), static_cast<int64_t>(ls.k.size()), /*read=*/true);
-  float* vc = k.Mirror(ls.v.data(), static_cast<int64_t>(ls.v.size()), /*read=*/true);
+  // K/V of every position: the state's, then each block's in order. Where the state is dropped
+  // and the backend attends spans, they stay where they are (a live block's rows in kk and v,
+  // rotated in place; an entry's, whose K the attention rotates as it reads it); else they are
+  // copied into the state's caches.
+  const bool in_place = state_use_ == StateUse::kDropped && k.AttendsKvSpans();
+  float* kc = nullptr;
+  float* vc = nullptr;
+  kv_spans_.clear();
+  if (in_place) {
+    const int64_t start = state_.n_positions;  // the state's own rows, rotated already
+    if (start > 0) {
+      kv_spans_.push_back({.pos0 = 0, .n = start, .k = ls.k.data(), .v = ls.v.data()});
+    }
+  } else {
+    const auto positions = static_cast<size_t>(end_pos_);
+    ls.k.resize(positions * static_cast<size_t>(kw));
+    ls.v.resize(positions * static_cast<size_t>(kw));
+    kc = k.Mirror(ls.k.data(), static_cast<int64_t>(ls.k.size()), /*read=*/true);
+    vc = k.Mirror(ls.v.data(), static_cast<int64_t>(ls.v.size()), /*read=*/true);
+  }
   for (size_t bi = 0; bi < blocks_.size(); ++bi) {
     const Block& b = blocks_[bi];
-    float* kdst = kc + b.pos0 * kw;
-    float* vdst = vc + b.pos0 * kw;
     const int64_t floats = b.n * kw;
     if (b.live) {
       if (static_cast<int64_t>(bi) == capture_block_) {  // K before RoPE, see model.h
@@ -390,15 +407,24 @@ Model::Pass::LayerOut Model::Pass::AttentionLayer(int64_t li, const float* xn, c
       }
       k.Rope(q + b.row0 * qw, qw, b.n, nh, hd, rot, c.rope_theta, b.pos0);
       k.Rope(kk + b.row0 * kw, kw, b.n, nkv, hd, rot, c.rope_theta, b.pos0);
-      // Copied as b.n rows of kw, so the rows split over the compute threads.
-      k.Copy2D(kdst, kw, kk + b.row0 * kw, kw, b.n, kw);
-      k.Copy2D(vdst, kw, v + b.row0 * kw, kw, b.n, kw);
+      if (in_place) {
+        kv_spans_.push_back(
+            {.pos0 = b.pos0, .n = b.n, .k = kk + b.row0 * kw, .v = v + b.row0 * kw});
+      } else {  // copied as b.n rows of kw, so the rows split over the compute threads
+        k.Copy2D(kc + b.pos0 * kw, kw, kk + b.row0 * kw, kw, b.n, kw);
+        k.Copy2D(vc + b.pos0 * kw, kw, v + b.row0 * kw, kw, b.n, kw);
+      }
     } else {
       const auto layer = static_cast<uint32_t>(li);
-      k.Copy2D(kdst, kw, EntryInput(*b.entry->Find(layer, TensorKind::kKey), floats), kw, b.n, kw);
-      k.Copy2D(vdst, kw, EntryInput(*b.entry->Find(layer, TensorKind::kValue), floats), kw, b.n,
-               kw);
-      k.Rope(kdst, kw, b.n, nkv, hd, rot, c.rope_theta, b.pos0);
+      const float* ek = EntryInput(*b.entry->Find(layer, TensorKind::kKey), floats);
+      const float* ev = EntryInput(*b.entry->Find(layer, TensorKind::kValue), floats);
+      if (in_place) {
+        kv_spans_.push_back({.pos0 = b.pos0, .n = b.n, .k = ek, .v = ev, .rope = true});
+      } else {
+        k.Copy2D(kc + b.pos0 * kw, kw, ek, kw, b.n, kw);
+        k.Copy2D(vc + b.pos0 * kw, kw, ev, kw, b.n, kw);
+        k.Rope(kc + b.pos0 * kw, kw, b.n, nkv, hd, rot, c.rope_theta, b.pos0);
+      }
     }
   }
 
@@ -411,8 +437,14 @@ Model::Pass::LayerOut Model::Pass::AttentionLayer(int64_t li, const float* xn, c
   }
   const int64_t r0 = out_rows.first, n_out = out_rows.n;
   float* attn = Scratch(kAttn, n_out * qw);
-  k.Attention({nh, nkv, hd, model_.weights_dtype() == DType::kBF16}, q + r0 * qw, kc, vc, attn,
-              std::span(live_positions_).subspan(static_cast<size_t>(r0)));
+  const AttentionShape shape{nh, nkv, hd, model_.weights_dtype() == DType::kBF16};
+  const auto out_positions = std::span(live_positions_).subspan(static_cast<size_t>(r0));
+  if (in_place) {
+    k.AttentionSpans(shape, {.rotary_dim = rot, .theta = c.rope_theta}, q + r0 * qw, kv_spans_,
+                     attn, out_positions);
+  } else {
+    k.Attention(shape, q + r0 * qw, kc, vc, attn, out_positions);
+  }
   k.SigmoidGate(attn, proj + r0 * cols + qw, cols, n_out, qw);
   k.Gemm(n_out, h, qw, attn, qw, Weight(a.o_proj), qw, y + r0 * h, h);
   return {kc, vc};

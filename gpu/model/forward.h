@@ -35,8 +35,11 @@ namespace hypic::model {
 class Model::Pass {
  public:
   // Runs after `state` and advances it on `device`. Cached blocks use `mode` (kNaive adds,
-  // others apply T).
-  Pass(const Model& model, ModelState& state, ComposeMode mode, const ComputeDevice& device);
+  // others apply T). With StateUse::kDropped the attention layers leave their K/V caches in
+  // `state` as they were (the caller drops the state) where the backend attends K/V spans in
+  // place (ForwardKernels::AttendsKvSpans): no copy of every position's K/V per layer.
+  Pass(const Model& model, ModelState& state, ComposeMode mode, const ComputeDevice& device,
+       StateUse use = StateUse::kKept);
 
   // Appends live tokens; merges with a preceding live block.
   void AddLive(std::span<const uint32_t> tokens);
@@ -151,6 +154,7 @@ class Model::Pass {
   ModelState& state_;
   ComposeMode mode_;
   ComputeDevice device_;
+  StateUse state_use_;
   std::unique_ptr<ForwardKernels> kernels_;  // made by Run
   std::vector<Block> blocks_;
   std::vector<uint32_t> tokens_;  // live tokens in row order
@@ -170,6 +174,7 @@ class Model::Pass {
   size_t widened_used_ = 0;
 
   std::vector<LinearStep> linear_steps_;         // a GDN layer's steps (GdnLayer)
+  std::vector<KvSpan> kv_spans_;                 // an attention layer's K/V in place
   std::vector<ExpertWeights> experts_;           // an MoE layer's expert weights (MlpLayer)
   std::array<std::vector<float>, 2> emit_host_;  // EmitLayer's host staging (devices only)
   std::vector<int64_t> live_positions_;          // the position of every live row, in row order

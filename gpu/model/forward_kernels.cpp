@@ -1,5 +1,8 @@
 #include "gpu/model/forward_kernels.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "gpu/model/cpu_kernels.h"
 #include "gpu/model/cuda_forward.h"
 
@@ -19,6 +22,13 @@ const uint16_t* ForwardKernels::AddRmsNormBf16(float* x, const float* y, const f
                                                int64_t rows, int64_t dim, float eps) {
   AddRmsNorm(x, y, w, xn, rows, dim, eps);
   return Bf16Rows(xn, dim, rows, dim);
+}
+
+void ForwardKernels::AttentionSpans(const AttentionShape&, const KvRope&, const float*,
+                                    std::span<const KvSpan>, float*, std::span<const int64_t>) {
+  // The pass calls it only where AttendsKvSpans(): reaching this is a bug.
+  std::fprintf(stderr, "hypic: AttentionSpans on a backend without it\n");
+  std::abort();
 }
 
 void ForwardKernels::SwiGluMlp(DeviceWeight gate_up, DeviceWeight down, int64_t im, const float* x,

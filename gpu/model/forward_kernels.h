@@ -57,6 +57,24 @@ struct AttentionShape {
   bool bf16_products = false;
 };
 
+// Context rows [pos0, pos0 + n) of an attention layer's keys and values, in place where they
+// already are (AttentionSpans): K and V [n, kv_heads, head_dim], fp32, in the kernels' memory.
+// `rope`: K is an entry's, before RoPE, and is rotated to its positions as it is read; else it
+// is rotated already (a live block's, the state's cache).
+struct KvSpan {
+  int64_t pos0 = 0;
+  int64_t n = 0;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  bool rope = false;
+};
+
+// The RoPE of K (Rope's arguments): the first rotary_dim dims of each head, base theta.
+struct KvRope {
+  int64_t rotary_dim = 0;
+  double theta = 0;
+};
+
 // GDN's input step over rows [0, rows): the short causal conv with SiLU (linear/short_conv.h)
 // of the first C = 2*H*dk + HV*dv columns of the projection, read in place, then from its
 // output q and k (L2-normalised per head, q scaled) and v, and from b and a beta and the log
@@ -204,6 +222,15 @@ class ForwardKernels {
   // between them, so every key is read once per row tile rather than once per live block.
   virtual void Attention(const AttentionShape& shape, const float* q, const float* k,
                          const float* v, float* out, std::span<const int64_t> positions) = 0;
+  // Attention with the keys and values of positions [0, positions.back()] given as spans that
+  // cover them in order, read where they are instead of copied into one cache first: a pass
+  // whose state nobody keeps (a compose returning logits only) skips the caches' copies.
+  // Same bits as Attention over caches holding the same rows (rotated as Rope rotates).
+  // Only called where AttendsKvSpans(); the default aborts.
+  virtual bool AttendsKvSpans() const { return false; }
+  virtual void AttentionSpans(const AttentionShape& shape, const KvRope& rope, const float* q,
+                              std::span<const KvSpan> kv, float* out,
+                              std::span<const int64_t> positions);
   // out[r, i] *= sigmoid(gate[r*ldg + i]) for i < cols; out rows contiguous.
   virtual void SigmoidGate(float* out, const float* gate, int64_t ldg, int64_t rows,
                            int64_t cols) = 0;

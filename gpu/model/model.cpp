@@ -208,16 +208,23 @@ Result<ModelState> Model::StateFromTensors(int64_t n_positions,
 Result<PrefillResult> Model::FullPrefill(std::span<const uint32_t> tokens,
                                          const PrefillOptions& options) const {
   ModelState state = EmptyState();
-  HYPIC_ASSIGN_OR_RETURN(PrefillResult r, Extend(state, tokens, options));
+  HYPIC_ASSIGN_OR_RETURN(PrefillResult r,
+                         ExtendState(state, tokens, options,
+                                     options.want_state ? StateUse::kKept : StateUse::kDropped));
   if (options.want_state) r.state = std::move(state);
   return r;
 }
 
 Result<PrefillResult> Model::Extend(ModelState& state, std::span<const uint32_t> tokens,
                                     const PrefillOptions& options) const {
+  return ExtendState(state, tokens, options, StateUse::kKept);
+}
+
+Result<PrefillResult> Model::ExtendState(ModelState& state, std::span<const uint32_t> tokens,
+                                         const PrefillOptions& options, StateUse use) const {
   if (tokens.empty()) return BadRequest("prefill: no tokens");
   HYPIC_RETURN_IF_ERROR(CheckTokens(tokens, config_.vocab_size, "prefill"));
-  Pass pass(*this, state, ComposeMode::kFull, options.device);
+  Pass pass(*this, state, ComposeMode::kFull, options.device, use);
   pass.AddLive(tokens);
   PrefillResult r;
   HYPIC_RETURN_IF_ERROR(pass.Run(options.all_logits, &r.logits));
@@ -251,7 +258,8 @@ Result<std::shared_ptr<SegmentEntry>> Model::SegmentPrefill(std::span<const uint
   if (!has_cached_part && context == nullptr) return entry;  // runs live on reuse
   ModelState alone;
   if (context == nullptr) alone = EmptyState();
-  Pass pass(*this, context != nullptr ? *context : alone, ComposeMode::kFull, options.device);
+  Pass pass(*this, context != nullptr ? *context : alone, ComposeMode::kFull, options.device,
+            context != nullptr ? StateUse::kKept : StateUse::kDropped);
   if (has_cached_part) {
     HYPIC_RETURN_IF_ERROR(
         pass.AddCapture(tokens, options.seam_w, options.entry_dtypes, entry.get()));
@@ -286,7 +294,10 @@ Status Model::PrefillEntries(std::span<ComposePart> parts, ComposeMode mode,
 Result<ComposeResult> Model::Compose(std::span<const ComposePart> parts,
                                      const ComposeOptions& options) const {
   ModelState state = EmptyState();
-  HYPIC_ASSIGN_OR_RETURN(ComposeResult r, ComposeAfter(state, parts, options));
+  const bool kept = options.want_state || options.on_layer;
+  HYPIC_ASSIGN_OR_RETURN(
+      ComposeResult r,
+      ComposeState(state, parts, options, kept ? StateUse::kKept : StateUse::kDropped));
   if (options.want_state) r.state = std::move(state);
   return r;
 }
@@ -336,7 +347,12 @@ Status Model::CheckEntry(const SegmentEntry& e, std::span<const uint32_t> tokens
 
 Result<ComposeResult> Model::ComposeAfter(ModelState& state, std::span<const ComposePart> parts,
                                           const ComposeOptions& options) const {
-  Pass pass(*this, state, options.mode, options.device);
+  return ComposeState(state, parts, options, StateUse::kKept);
+}
+
+Result<ComposeResult> Model::ComposeState(ModelState& state, std::span<const ComposePart> parts,
+                                          const ComposeOptions& options, StateUse use) const {
+  Pass pass(*this, state, options.mode, options.device, use);
   const int64_t w = options.seam_w;
   const ModelConfig& c = config_;
   for (size_t i = 0; i < parts.size(); ++i) {

@@ -244,6 +244,15 @@ class Model {
 
  private:
   class Pass;
+  // Whether the caller keeps a pass's state afterwards (kDropped: FullPrefill without
+  // want_state, Compose without state or streaming, a segment prefill alone). A pass whose
+  // state is dropped need not fill the attention caches: its attention reads K/V in place.
+  enum class StateUse : uint8_t { kKept, kDropped };
+  Result<PrefillResult> ExtendState(ModelState& state, std::span<const uint32_t> tokens,
+                                    const PrefillOptions& options, StateUse use) const;
+  Result<ComposeResult> ComposeState(ModelState& state, std::span<const ComposePart> parts,
+                                     const ComposeOptions& options, StateUse use) const;
+
   ModelConfig config_;
   ModelWeights weights_;
   ModelFingerprint fingerprint_;

@@ -137,6 +137,43 @@ TEST_CASE("the last layer computes only the rows it outputs; the state covers ev
   }
 }
 
+TEST_CASE("a pass that drops its state reads K/V in place: the logits of one that keeps it") {
+  // Compose and FullPrefill without a state attend the entries' K/V in place (rotated as read,
+  // ForwardKernels::AttentionSpans) instead of copying them into the caches. Both kernels are
+  // covered: bf16 products from 16 live rows (packed from the spans, blocks straddling them),
+  // fp32 products below 16 or with f32 weights (gathered), bf16 entries widened first.
+  const EntryDTypes bf16_entries{
+      .transition = DType::kF32, .state = DType::kBF16, .conv = DType::kBF16, .kv = DType::kBF16};
+  for (WeightsDType weights : {WeightsDType::kF32, WeightsDType::kBf16}) {
+    ScratchDir dir;
+    auto m = testing::LoadTiny(dir.path(), {.dtype = DType::kBF16, .weights = weights});
+    hypic::testing::SeededRng rng(31);
+    for (const EntryDTypes& entries : {EntryDTypes{}, bf16_entries}) {
+      for (size_t suffix : {size_t{3}, size_t{40}}) {  // 11 and 48 live rows at seam 4
+        CAPTURE(WeightsDTypeName(weights));
+        CAPTURE(entries.ToString());
+        CAPTURE(suffix);
+        auto parts = MakeParts(rng, *m, 0, {300, 45}, suffix);
+        REQUIRE_OK(
+            m->PrefillEntries(parts, ComposeMode::kHypic, {.seam_w = 4, .entry_dtypes = entries}));
+        auto kept =
+            m->Compose(parts, {.mode = ComposeMode::kHypic, .seam_w = 4, .want_state = true});
+        auto dropped = m->Compose(parts, {.mode = ComposeMode::kHypic, .seam_w = 4});
+        REQUIRE_OK(kept);
+        REQUIRE_OK(dropped);
+        CHECK(dropped->cached_tokens > 0);
+        CHECK(dropped->logits == kept->logits);
+      }
+    }
+    const auto tokens = rng.Tokens(90, static_cast<uint32_t>(m->config().vocab_size));
+    auto with_state = m->FullPrefill(tokens);
+    auto without = m->FullPrefill(tokens, {.want_state = false});
+    REQUIRE_OK(with_state);
+    REQUIRE_OK(without);
+    CHECK(without->logits == with_state->logits);
+  }
+}
+
 TEST_CASE("the two checkpoint formats of the same weights give identical logits") {
   ScratchDir a, b;
   auto next = testing::LoadTiny(a.path(), {.format = WeightFormat::kQwen3Next, .seed = 9});
