@@ -104,10 +104,10 @@ void GemmRoundingA(int64_t m, float alpha, const float* a, int64_t lda, const Pa
 void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// Rows below which GemmFewRows beats a library call.
+// Rows (or an inner dimension) below which GemmFewRows beats a library call.
 inline constexpr int64_t kGemmFewRows = 16;
 
-// C = alpha op(A) op(B) + beta C, fp32, on the calling thread, for a few rows (m below
+// C = alpha op(A) op(B) + beta C, fp32, on the calling thread, for small products (m or k below
 // kGemmFewRows: a chunk's tail, a compose's seam steps in the chunked linear-attention form):
 // per row, one pass over k into accumulators vectorised over n, with no library call, whose
 // fixed cost (dnnl_sgemm's 1-2 us, and its 16-row padding here) exceeds what such a product

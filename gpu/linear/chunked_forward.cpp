@@ -34,11 +34,12 @@ namespace {
 
 using cpu::Trans;
 
-// A chunk's products: a few rows (a chunk's tail, a compose's seam steps) on GemmFewRows, where
-// a library call costs more than the product itself; the rest on cpu::Gemm.
+// A chunk's products: those of a short chunk (a chunk's tail, a compose's seam steps: few rows,
+// or a sum over few tokens) on GemmFewRows, where a library call costs more than the product
+// itself; the rest on cpu::Gemm.
 void ChunkGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m < cpu::kGemmFewRows) {
+  if (m < cpu::kGemmFewRows || k < cpu::kGemmFewRows) {
     return cpu::GemmFewRows(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   cpu::Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

@@ -151,10 +151,14 @@ TEST_CASE("GemmFewRows: a float64 product's value, beta 0 never reads C, a row's
   testing::SeededRng rng(12);
   for (Trans ta : {Trans::kNo, Trans::kYes}) {
     for (Trans tb : {Trans::kNo, Trans::kYes}) {
-      for (int64_t m : {int64_t{1}, int64_t{8}, kGemmFewRows - 1}) {
+      // Few rows, or many rows over a short k (a short chunk's K^T V).
+      for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 64},
+                          {8, 64},
+                          {kGemmFewRows - 1, 64},
+                          {64, 8},
+                          {64, kGemmFewRows - 1}}) {
         for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, {-1.0f, 1.0f}, {0.125f, 0.5f}}) {
           for (int64_t n : {8, 64, 136, 83}) {  // tiles of 64, 16 and single columns
-            const int64_t k = 64;
             const auto [p, a, b, c0] = MakeStrided(rng, ta, tb, m, n, k, alpha, beta);
             auto c = c0;
             if (beta == 0.0f) {  // what C held must not matter
@@ -164,7 +168,7 @@ TEST_CASE("GemmFewRows: a float64 product's value, beta 0 never reads C, a row's
             }
             GemmFewRows(ta, tb, m, n, k, alpha, a.data(), p.lda, b.data(), p.ldb, beta, c.data(),
                         p.ldc);
-            INFO("ta=", int(ta), " tb=", int(tb), " m=", m, " n=", n, " beta=", beta);
+            INFO("ta=", int(ta), " tb=", int(tb), " m=", m, " k=", k, " n=", n, " beta=", beta);
             CheckProduct(p, a, b, c0, c);
             // Row m - 1 alone gets the bits it had among m rows.
             std::vector<float> last(c0.begin() + (m - 1) * p.ldc, c0.begin() + m * p.ldc);
