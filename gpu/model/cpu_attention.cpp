@@ -89,8 +89,6 @@ float SoftmaxStep(float* row, int64_t valid, float* max, float* sum) {
   return rescale;
 }
 
-// The query tile of the i-th item of a kv head's `tiles`: first with last (0, T-1, 1, T-2,
-// ...), so equal ranges of items cost about the same under the causal mask.
 // The span of `kv` (in order, covering every position from 0) that holds position p.
 size_t SpanOf(std::span<const KvSpan> kv, int64_t p) {
   size_t s = 0;
@@ -145,6 +143,8 @@ void GatherKv(const AttentionShape& shape, const KvRope& rope, std::span<const K
   }
 }
 
+// The query tile of the i-th item of a kv head's `tiles`: first with last (0, T-1, 1, T-2,
+// ...), so equal ranges of items cost about the same under the causal mask.
 int64_t PairedTile(int64_t i, int64_t tiles) { return i % 2 == 0 ? i / 2 : tiles - 1 - i / 2; }
 
 // The keys of row r's block [b0, b0 + nb) that it may attend.

@@ -3,8 +3,8 @@
 //   - per mode (full, naive, hypic, oracle): median TTFT of the compose (entries are prefilled
 //     first, untimed), speedup against full, KL(full || mode), top-1 agreement and max |dlogit|
 //     of the last token;
-//   - SegmentPrefill with and without building (T, S(C|0)), run in turns -> the T overhead in
-//     percent (the median of the per-pair ratios);
+//   - SegmentPrefill (building T, S(C|0)) and a plain state-only prefill of the same segment,
+//     run in turns -> the T overhead in percent (the median of the per-pair ratios);
 //   - entry bytes per segment;
 //   - full-prefill tokens/s and GFLOP/s against the fp32 and bf16 GEMM peaks measured in the
 //     same run (gemm_peak.h);
