@@ -62,6 +62,31 @@ void SubtractEarlierRows(const float* a_row, int r, int cols, int j0, float* x) 
   std::copy(acc, acc + W, xr);
 }
 
+// x[s] <- x[s] e^{b_r} e^{-b_s} (ebr = e^{b_r}, einv[s] = e^{-b_s}), scaled by beta first when
+// `beta` is not nullptr: the scalar decay's factors in double, each x rounded back to float
+// once. Separate, restrict-qualified loops so that they vectorise (the same operations in the
+// same order as element by element: the bits do not change).
+void ScaleByDecayFactors(float* __restrict x, int n, double ebr, const double* __restrict einv) {
+  for (int s = 0; s < n; ++s) x[s] = static_cast<float>(x[s] * (ebr * einv[s]));
+}
+void ScaleByDecayFactors(float* __restrict x, int n, float beta, double ebr,
+                         const double* __restrict einv) {
+  for (int s = 0; s < n; ++s) x[s] = static_cast<float>(beta * x[s] * (ebr * einv[s]));
+}
+
+// One row of BuildKeyFactors for a per-row (scalar or no) decay: q <- eb q, k_hat <- eend k,
+// and, when w is not nullptr, w <- beta eb k, each in double and rounded once.
+void ScaleKeyRow(int dk, double eb, double eend, float beta, float* __restrict q,
+                 const float* __restrict k, float* __restrict k_hat, float* __restrict w) {
+  for (int d = 0; d < dk; ++d) {
+    q[d] = static_cast<float>(q[d] * eb);
+    k_hat[d] = static_cast<float>(k[d] * eend);
+  }
+  if (w == nullptr) return;
+  const double beta_eb = beta * eb;
+  for (int d = 0; d < dk; ++d) w[d] = static_cast<float>(beta_eb * k[d]);
+}
+
 // X <- (I + A)^{-1} X by forward substitution, for A strictly lower triangular [n, n] (row
 // stride lda; the diagonal and upper part are not read) and X [n, cols]. Written out instead of
 // a library trsm: at 64 x 64 this is a little faster than OpenBLAS's single-threaded strsm was.
@@ -303,11 +328,8 @@ class ChunkKernel {
         float* kk = delta_ ? &a_kk_[int64_t{r} * L] : nullptr;
         const float beta = delta_ ? beta_[r] : 0.0f;
         if (scalar && factored_) {
-          const double ebr = eb_[r];
-          for (int s = 0; s <= r; ++s) qk[s] = static_cast<float>(qk[s] * (ebr * einv_[s]));
-          for (int s = 0; delta_ && s < r; ++s) {
-            kk[s] = static_cast<float>(beta * kk[s] * (ebr * einv_[s]));
-          }
+          ScaleByDecayFactors(qk, r + 1, eb_[r], einv_.data());
+          if (delta_) ScaleByDecayFactors(kk, r, beta, eb_[r], einv_.data());
         } else {
           for (int s = 0; s <= r; ++s) {
             const double f = scalar ? std::exp(b_[r] - b_[s]) : 1.0;
@@ -352,6 +374,14 @@ class ChunkKernel {
   // q_ <- e^b . Q, k_hat_ <- e^{b_L - b} . K, and (delta) w_ <- beta e^b . K before the solve.
   void BuildKeyFactors() {
     const int L = len_, dk = dk_;
+    if (kind_ != DecayKind::kDiag) {  // one factor per row (1 without decay)
+      for (int r = 0; r < L; ++r) {
+        const int64_t at = int64_t{r} * dk;
+        ScaleKeyRow(dk, Factor(eb_, r, 0), Factor(eend_, r, 0), delta_ ? beta_[r] : 0.0f, &q_[at],
+                    &k_[at], &k_hat_[at], delta_ ? &w_[at] : nullptr);
+      }
+      return;
+    }
     for (int r = 0; r < L; ++r) {
       for (int d = 0; d < dk; ++d) {
         const int64_t i = int64_t{r} * dk + d;
