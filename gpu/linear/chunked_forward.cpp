@@ -62,10 +62,10 @@ void SubtractEarlierRows(const float* a_row, int r, int cols, int j0, float* x) 
   std::copy(acc, acc + W, xr);
 }
 
-// x[s] <- x[s] e^{b_r} e^{-b_s} (ebr = e^{b_r}, einv[s] = e^{-b_s}), scaled by beta first when
-// `beta` is not nullptr: the scalar decay's factors in double, each x rounded back to float
-// once. Separate, restrict-qualified loops so that they vectorise (the same operations in the
-// same order as element by element: the bits do not change).
+// x[s] <- x[s] e^{b_r} e^{-b_s} (ebr = e^{b_r}, einv[s] = e^{-b_s}); the second form first
+// scales x[s] by beta in float, as A_kk's rows are. The scalar decay's factors in double, each x
+// rounded back to float once. Separate, restrict-qualified loops so that they vectorise (the same
+// operations in the same order as element by element: the bits do not change).
 void ScaleByDecayFactors(float* __restrict x, int n, double ebr, const double* __restrict einv) {
   for (int s = 0; s < n; ++s) x[s] = static_cast<float>(x[s] * (ebr * einv[s]));
 }
