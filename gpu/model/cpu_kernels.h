@@ -137,6 +137,7 @@ class CpuForwardKernels final : public ForwardKernels {
     Buffer(Buffer&& other) noexcept;
     Buffer& operator=(Buffer&& other) noexcept;
     ~Buffer();
+    float* Reserve(int64_t n);  // at least n floats, the old contents lost if it grows
     float* data = nullptr;
     int64_t capacity = 0;
     size_t mapped_bytes = 0;  // > 0: an mmap of that size, else from operator new[]
@@ -149,7 +150,8 @@ class CpuForwardKernels final : public ForwardKernels {
     std::vector<std::pair<int32_t, int32_t>> routed;  // ... as (expert, index in its rows)
     std::vector<int32_t> chosen;                      // MoeExperts' routing, [rows, top_k]
     std::vector<float> chosen_weights;
-    std::vector<std::vector<float>> expert_out;     // RoutedExperts' per-expert outputs
+    Buffer expert_out;                              // RoutedExperts' outputs, expert by expert
+    std::vector<int64_t> expert_out_offsets;        // ... each expert's first element in it
     std::vector<std::vector<int64_t>> expert_rows;  // MoeExperts' routing, per expert
     std::vector<std::vector<float>> expert_weights;
     std::vector<uint32_t> kv_pack;  // bf16 attention's packed K and V
