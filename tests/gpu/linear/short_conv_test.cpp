@@ -23,40 +23,44 @@ double Silu(double x) { return x / (1.0 + std::exp(-x)); }
 
 TEST_CASE("CausalConv matches the direct formula, with bias, state and in pieces") {
   hypic::testing::SeededRng rng(3);
-  const int C = 5, K = 4;
-  const int64_t T = 11;
-  const std::vector<float> x = rng.NormalVector(T * C), w = rng.NormalVector(C * K),
-                           bias = rng.NormalVector(C), init = rng.NormalVector((K - 1) * C);
-  for (bool silu : {true, false}) {
-    // Direct: the window is [init; x].
-    std::vector<double> expect(T * C);
-    for (int64_t t = 0; t < T; ++t) {
-      for (int c = 0; c < C; ++c) {
-        double acc = bias[c];
-        for (int j = 0; j < K; ++j) {
-          const int64_t p = t - (K - 1) + j;  // input position, negative = from the state
-          const float xv = p < 0 ? init[(p + K - 1) * C + c] : x[p * C + c];
-          acc += double{w[c * K + j]} * xv;
+  constexpr int K = 4;
+  constexpr int64_t T = 11;
+  // Channels one at a time, and whole 64-channel blocks then a tail.
+  for (const int C : {5, 2 * 64 + 5}) {
+    const std::vector<float> x = rng.NormalVector(T * C), w = rng.NormalVector(C * K),
+                             bias = rng.NormalVector(C), init = rng.NormalVector((K - 1) * C);
+    for (bool silu : {true, false}) {
+      CAPTURE(C);
+      // Direct: the window is [init; x].
+      std::vector<double> expect(static_cast<size_t>(T * C));
+      for (int64_t t = 0; t < T; ++t) {
+        for (int c = 0; c < C; ++c) {
+          double acc = bias[c];
+          for (int j = 0; j < K; ++j) {
+            const int64_t p = t - (K - 1) + j;  // input position, negative = from the state
+            const float xv = p < 0 ? init[(p + K - 1) * C + c] : x[p * C + c];
+            acc += double{w[c * K + j]} * xv;
+          }
+          expect[t * C + c] = silu ? Silu(acc) : acc;
         }
-        expect[t * C + c] = silu ? Silu(acc) : acc;
       }
-    }
-    std::vector<float> state = init, y(T * C);
-    CausalConv(ConvShape{T, C, K}, x.data(), w.data(), bias.data(), state.data(), y.data(), silu);
-    CHECK(RelError(y, expect) <= 1e-6);
-    // The state is the last K-1 inputs.
-    CHECK(std::vector<float>(state) == std::vector<float>(x.end() - (K - 1) * C, x.end()));
+      std::vector<float> state = init, y(T * C);
+      CausalConv(ConvShape{T, C, K}, x.data(), w.data(), bias.data(), state.data(), y.data(), silu);
+      CHECK(RelError(y, expect) <= 1e-6);
+      // The state is the last K-1 inputs.
+      CHECK(std::vector<float>(state) == std::vector<float>(x.end() - (K - 1) * C, x.end()));
 
-    // Token by token (pieces shorter than K-1 exercise the state shift) gives the same.
-    std::vector<float> state2 = init, y2(T * C);
-    for (int64_t t = 0; t < T;) {
-      const int64_t len = std::min<int64_t>(1 + t % 2, T - t);
-      CausalConv(ConvShape{len, C, K}, x.data() + t * C, w.data(), bias.data(), state2.data(),
-                 y2.data() + t * C, silu);
-      t += len;
+      // Token by token (pieces shorter than K-1 exercise the state shift) gives the same.
+      std::vector<float> state2 = init, y2(T * C);
+      for (int64_t t = 0; t < T;) {
+        const int64_t len = std::min<int64_t>(1 + t % 2, T - t);
+        CausalConv(ConvShape{len, C, K}, x.data() + t * C, w.data(), bias.data(), state2.data(),
+                   y2.data() + t * C, silu);
+        t += len;
+      }
+      CHECK(y2 == y);
+      CHECK(state2 == state);
     }
-    CHECK(y2 == y);
-    CHECK(state2 == state);
   }
 }
 
