@@ -114,8 +114,11 @@ const float* KvBlockRows(std::span<const KvSpan> kv, const KvRope& rope, bool ke
     const int64_t take = std::min(b0 + n, span.pos0 + span.n) - p;
     const float* src = rows_of(span, p);
     float* dst = tile + (p - b0) * hd;
-    for (int64_t r = 0; r < take; ++r) std::copy_n(src + r * ldk, hd, dst + r * hd);
-    if (key && span.rope) ApplyRope(dst, hd, take, 1, hd, rope.rotary_dim, rope.theta, p);
+    if (key && span.rope) {  // rotated on the way
+      RopeRows(src, ldk, dst, hd, take, 1, hd, rope.rotary_dim, rope.theta, p);
+    } else {
+      for (int64_t r = 0; r < take; ++r) std::copy_n(src + r * ldk, hd, dst + r * hd);
+    }
     p += take;
   }
   *ld = hd;
@@ -134,11 +137,12 @@ void GatherKv(const AttentionShape& shape, const KvRope& rope, std::span<const K
   for (const KvSpan& span : kv) {
     const int64_t n = std::min(span.n, keys - span.pos0);
     if (n <= 0) continue;
-    std::copy_n(span.k, n * kw, k + span.pos0 * kw);
     std::copy_n(span.v, n * kw, v + span.pos0 * kw);
     if (span.rope) {
-      ApplyRope(k + span.pos0 * kw, kw, n, shape.kv_heads, shape.head_dim, rope.rotary_dim,
-                rope.theta, span.pos0);
+      RopeRows(span.k, kw, k + span.pos0 * kw, kw, n, shape.kv_heads, shape.head_dim,
+               rope.rotary_dim, rope.theta, span.pos0);
+    } else {
+      std::copy_n(span.k, n * kw, k + span.pos0 * kw);
     }
   }
 }

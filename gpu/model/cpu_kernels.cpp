@@ -188,10 +188,14 @@ RopeTable SharedRopeTable(double theta, int64_t rotary_dim, int64_t positions) {
 
 }  // namespace
 
-void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
-               int64_t rotary_dim, double theta, int64_t pos0) {
+void RopeRows(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t heads,
+              int64_t head_dim, int64_t rotary_dim, double theta, int64_t pos0) {
   const int64_t half = rotary_dim / 2;
-  if (half == 0 || rows <= 0) return;
+  if (rows <= 0 || (half == 0 && src == dst)) return;
+  if (half == 0) {
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * lds, heads * head_dim, dst + r * ldd);
+    return;
+  }
   const RopeTable table = SharedRopeTable(theta, rotary_dim, pos0 + rows);
   cpu::ParallelFor(rows, 256, [&](int64_t r0, int64_t r1) {
     std::vector<float> computed(static_cast<size_t>(2 * half));
@@ -203,12 +207,23 @@ void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_d
         cs = computed.data();
       }
       for (int64_t h = 0; h < heads; ++h) {
-        float* p = x + r * ld + h * head_dim;
-        for (int64_t i = 0; i < half; ++i)
-          linear::RotatePair(p[i], p[i + half], cs[i], cs[half + i]);
+        const float* in = src + r * lds + h * head_dim;
+        float* out = dst + r * ldd + h * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          float a = in[i], b = in[i + half];
+          linear::RotatePair(a, b, cs[i], cs[half + i]);
+          out[i] = a;
+          out[i + half] = b;
+        }
+        if (out != in) std::copy(in + 2 * half, in + head_dim, out + 2 * half);
       }
     }
   });
+}
+
+void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
+               int64_t rotary_dim, double theta, int64_t pos0) {
+  RopeRows(x, ld, x, ld, rows, heads, head_dim, rotary_dim, theta, pos0);
 }
 
 CpuForwardKernels::ScratchSet& CpuForwardKernels::ThreadScratch() {

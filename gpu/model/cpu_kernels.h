@@ -30,6 +30,11 @@ void RmsNormZeroCentred(const float* x, int64_t ldx, const float* w, float* y, i
 // [0, rows): row r is at position pos0 + r; head h of row r starts at x + r*ld + h*head_dim.
 void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
                int64_t rotary_dim, double theta, int64_t pos0);
+// The same rotation from src (row stride lds) into dst (row stride ldd), every dim of each head
+// copied, in one pass: dst gets the bits ApplyRope would leave in a copy of src. src == dst
+// is ApplyRope.
+void RopeRows(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t heads,
+              int64_t head_dim, int64_t rotary_dim, double theta, int64_t pos0);
 
 // h[i] = bf16(SwiGlu(gu[i], gu[im + i])) for i < im: forward_math.h's SwiGluRow and the bf16
 // rounding of the down product's input in one pass, 16 lanes at a time where the build has

@@ -1,7 +1,8 @@
 // CpuForwardKernels steps against plain float64 loops: RoutedExperts in both of its regimes
 // (few rows per expert: experts side by side; many: one after another with the whole budget),
 // fp32 and bf16 weights, at a 2-thread budget; AddRmsNorm against Add and RmsNorm; the tiled
-// SwiGluMlp against the default's whole-rows Gemm, SwiGlu, Gemm and at 1 and 2 threads.
+// SwiGluMlp against the default's whole-rows Gemm, SwiGlu, Gemm and at 1 and 2 threads;
+// RopeRows against ApplyRope on a copy.
 #include "gpu/model/cpu_kernels.h"
 
 #include <doctest/doctest.h>
@@ -236,6 +237,28 @@ TEST_CASE("SwiGluRowToBf16 gives the bits of SwiGluRow then the bf16 rounding") 
     }
   }
   CHECK(differ == 0);
+}
+
+TEST_CASE("RopeRows leaves in dst the bits ApplyRope leaves in a copy of src") {
+  constexpr int64_t heads = 3, hd = 20, lds = heads * hd + 7, ldd = heads * hd + 3;
+  testing::SeededRng rng(23);
+  // Positions inside the shared table and past its end (computed row by row).
+  for (const int64_t pos0 : {int64_t{0}, int64_t{1} << 24}) {
+    for (const int64_t rotary_dim : {int64_t{8}, hd, int64_t{0}}) {
+      CAPTURE(pos0);
+      CAPTURE(rotary_dim);
+      constexpr int64_t rows = 300;  // more than one range of ApplyRope's threads
+      const auto src = rng.NormalVector(static_cast<size_t>(rows * lds));
+      std::vector<float> want(static_cast<size_t>(rows * ldd), -1.0f), got = want;
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy_n(src.begin() + r * lds, heads * hd, want.begin() + r * ldd);
+      }
+      ApplyRope(want.data(), ldd, rows, heads, hd, rotary_dim, 1e6, pos0);
+      RopeRows(src.data(), lds, got.data(), ldd, rows, heads, hd, rotary_dim, 1e6, pos0);
+      CHECK(got == want);  // the padding between rows untouched in both
+      if (rotary_dim > 0) CHECK(got[5 * ldd + 1] != src[5 * lds + 1]);  // a rotated dim moved
+    }
+  }
 }
 
 }  // namespace
