@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -483,24 +484,44 @@ void PaddedSgemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alph
 
 namespace {
 
-// Row i of C's columns [j0, j0 + W) for GemmFewRows: op(A)'s row against op(B) stored [k, n]
-// (row stride ldb), the W sums in registers (fully unrolled).
-template <int W>
-void FewRowsTile(const float* a_row, int64_t a_step, int64_t k, const float* b, int64_t ldb,
-                 int64_t j0, float alpha, float beta, float* c_row) {
-  float acc[W] = {};
+// Rows [i, i + R) of C's columns [j0, j0 + W) for GemmFewRows: op(A)'s rows (element l of
+// row r at a[r * a_row + l * a_step]) against op(B) stored [k, n] (row stride ldb), the R x W
+// sums in registers (fully unrolled), each loaded row of B used by all R rows. Each sum is one
+// chain of fused multiply-adds over l in order, written out (left to the compiler, the
+// contraction differed between tile shapes), so a row's bits do not depend on R or W.
+template <int R, int W>
+void FewRowsTile(const float* a, int64_t a_row, int64_t a_step, int64_t k, const float* b,
+                 int64_t ldb, int64_t j0, float alpha, float beta, float* c, int64_t ldc) {
+  float acc[R][W] = {};
   for (int64_t l = 0; l < k; ++l) {
-    const float x = a_row[l * a_step];
     const float* bl = b + l * ldb + j0;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const float x = a[r * a_row + l * a_step];
 #pragma GCC unroll 64
-    for (int j = 0; j < W; ++j) acc[j] += x * bl[j];
+      for (int j = 0; j < W; ++j) acc[r][j] = std::fma(x, bl[j], acc[r][j]);
+    }
   }
-  float* cj = c_row + j0;
-  if (beta == 0.0f) {  // C is not read: it may hold anything
-    for (int j = 0; j < W; ++j) cj[j] = alpha * acc[j];
-  } else {
-    for (int j = 0; j < W; ++j) cj[j] = alpha * acc[j] + beta * cj[j];
+  for (int r = 0; r < R; ++r) {
+    float* cj = c + r * ldc + j0;
+    if (beta == 0.0f) {  // C is not read: it may hold anything
+      for (int j = 0; j < W; ++j) cj[j] = alpha * acc[r][j];
+    } else {
+      for (int j = 0; j < W; ++j) cj[j] = alpha * acc[r][j] + beta * cj[j];
+    }
   }
+}
+
+// Rows [i, i + R) of C, every column: tiles of 64, 16, then single columns.
+template <int R>
+void FewRowsRows(const float* a, int64_t a_row, int64_t a_step, int64_t n, int64_t k,
+                 const float* b, int64_t ldb, float alpha, float beta, float* c, int64_t ldc) {
+  int64_t j0 = 0;
+  for (; j0 + 64 <= n; j0 += 64)
+    FewRowsTile<R, 64>(a, a_row, a_step, k, b, ldb, j0, alpha, beta, c, ldc);
+  for (; j0 + 16 <= n; j0 += 16)
+    FewRowsTile<R, 16>(a, a_row, a_step, k, b, ldb, j0, alpha, beta, c, ldc);
+  for (; j0 < n; ++j0) FewRowsTile<R, 1>(a, a_row, a_step, k, b, ldb, j0, alpha, beta, c, ldc);
 }
 
 // C[i, j] for op(B) = B^T (B stored [n, k]) and a contiguous row of A: a dot product over k in
@@ -548,17 +569,14 @@ void GemmFewRows(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alph
     b = b_rows.data();
     ldb = n;
   }
-  for (int64_t i = 0; i < m; ++i) {
-    // Row i of op(A): a[i, l] at a + i * lda + l, or a[l, i] at a + l * lda + i.
-    const float* a_row = ta == Trans::kNo ? a + i * lda : a + i;
-    const int64_t a_step = ta == Trans::kNo ? 1 : lda;
-    float* c_row = c + i * ldc;
-    int64_t j0 = 0;
-    for (; j0 + 64 <= n; j0 += 64)
-      FewRowsTile<64>(a_row, a_step, k, b, ldb, j0, alpha, beta, c_row);
-    for (; j0 + 16 <= n; j0 += 16)
-      FewRowsTile<16>(a_row, a_step, k, b, ldb, j0, alpha, beta, c_row);
-    for (; j0 < n; ++j0) FewRowsTile<1>(a_row, a_step, k, b, ldb, j0, alpha, beta, c_row);
+  // Row i of op(A): a[i, l] at a + i * lda + l, or a[l, i] at a + l * lda + i.
+  const int64_t a_row = ta == Trans::kNo ? lda : 1, a_step = ta == Trans::kNo ? 1 : lda;
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    FewRowsRows<4>(a + i * a_row, a_row, a_step, n, k, b, ldb, alpha, beta, c + i * ldc, ldc);
+  }
+  for (; i < m; ++i) {
+    FewRowsRows<1>(a + i * a_row, a_row, a_step, n, k, b, ldb, alpha, beta, c + i * ldc, ldc);
   }
 }
 
