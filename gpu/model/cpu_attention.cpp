@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "gpu/cpu/compute_threads.h"
 #include "gpu/cpu/gemm.h"
 #include "gpu/cpu/row_stable_gemm.h"
@@ -97,27 +99,34 @@ size_t SpanOf(std::span<const KvSpan> kv, int64_t p) {
 }
 
 // Rows [b0, b0 + n) of kv head g's K (key) or V, [n, hd] at the returned pointer with row
-// stride *ld: in place when they lie in one span whose rows need no rotation, else gathered
-// into `tile` (n x hd floats), a rope span's K rows rotated as ApplyRope rotates them.
+// stride *ld: in place when they lie in one fp32 span whose rows need no rotation, else
+// gathered into `tile` (n x hd floats), widened to fp32, a rope span's K rows rotated as
+// ApplyRope rotates them.
 const float* KvBlockRows(std::span<const KvSpan> kv, const KvRope& rope, bool key, int64_t ldk,
                          int64_t g, int64_t hd, int64_t b0, int64_t n, float* tile, int64_t* ld) {
   size_t s = SpanOf(kv, b0);
-  const auto rows_of = [&](const KvSpan& span, int64_t p) {
-    return (key ? span.k : span.v) + (p - span.pos0) * ldk + g * hd;
-  };
-  if (b0 + n <= kv[s].pos0 + kv[s].n && !(key && kv[s].rope)) {
+  // Element offset of row p's head g in a span.
+  const auto offset = [&](const KvSpan& span, int64_t p) { return (p - span.pos0) * ldk + g * hd; };
+  if (b0 + n <= kv[s].pos0 + kv[s].n && !(key && kv[s].rope) && kv[s].dtype == DType::kF32) {
     *ld = ldk;
-    return rows_of(kv[s], b0);
+    return static_cast<const float*>(key ? kv[s].k : kv[s].v) + offset(kv[s], b0);
   }
   for (int64_t p = b0; p < b0 + n; ++s) {
     const KvSpan& span = kv[s];
     const int64_t take = std::min(b0 + n, span.pos0 + span.n) - p;
-    const float* src = rows_of(span, p);
+    const auto* src = static_cast<const std::byte*>(key ? span.k : span.v) +
+                      offset(span, p) * static_cast<int64_t>(DTypeSize(span.dtype));
     float* dst = tile + (p - b0) * hd;
-    if (key && span.rope) {  // rotated on the way
-      RopeRows(src, ldk, dst, hd, take, 1, hd, rope.rotary_dim, rope.theta, p);
+    if (span.dtype == DType::kF32 && key && span.rope) {  // rotated on the way
+      RopeRows(reinterpret_cast<const float*>(src), ldk, dst, hd, take, 1, hd, rope.rotary_dim,
+               rope.theta, p);
     } else {
-      for (int64_t r = 0; r < take; ++r) std::copy_n(src + r * ldk, hd, dst + r * hd);
+      const int64_t row_bytes = ldk * static_cast<int64_t>(DTypeSize(span.dtype));
+      for (int64_t r = 0; r < take; ++r) {
+        ConvertElements(span.dtype, src + r * row_bytes, DType::kF32, dst + r * hd,
+                        static_cast<size_t>(hd));
+      }
+      if (key && span.rope) ApplyRope(dst, hd, take, 1, hd, rope.rotary_dim, rope.theta, p);
     }
     p += take;
   }
@@ -125,8 +134,8 @@ const float* KvBlockRows(std::span<const KvSpan> kv, const KvRope& rope, bool ke
   return tile;
 }
 
-// Every span's K and V into *out as two caches of `keys` rows (K, then V), rope spans' K
-// rotated: the fp32 products read contiguous K/V.
+// Every span's K and V into *out as two caches of `keys` rows (K, then V), widened to fp32,
+// rope spans' K rotated: the fp32 products read contiguous K/V.
 void GatherKv(const AttentionShape& shape, const KvRope& rope, std::span<const KvSpan> kv,
               int64_t keys, std::vector<float>* out) {
   const int64_t kw = shape.kv_heads * shape.head_dim;
@@ -137,12 +146,17 @@ void GatherKv(const AttentionShape& shape, const KvRope& rope, std::span<const K
   for (const KvSpan& span : kv) {
     const int64_t n = std::min(span.n, keys - span.pos0);
     if (n <= 0) continue;
-    std::copy_n(span.v, n * kw, v + span.pos0 * kw);
+    const auto count = static_cast<size_t>(n * kw);
+    ConvertElements(span.dtype, span.v, DType::kF32, v + span.pos0 * kw, count);
+    if (span.rope && span.dtype == DType::kF32) {
+      RopeRows(static_cast<const float*>(span.k), kw, k + span.pos0 * kw, kw, n, shape.kv_heads,
+               shape.head_dim, rope.rotary_dim, rope.theta, span.pos0);
+      continue;
+    }
+    ConvertElements(span.dtype, span.k, DType::kF32, k + span.pos0 * kw, count);
     if (span.rope) {
-      RopeRows(span.k, kw, k + span.pos0 * kw, kw, n, shape.kv_heads, shape.head_dim,
-               rope.rotary_dim, rope.theta, span.pos0);
-    } else {
-      std::copy_n(span.k, n * kw, k + span.pos0 * kw);
+      ApplyRope(k + span.pos0 * kw, kw, n, shape.kv_heads, shape.head_dim, rope.rotary_dim,
+                rope.theta, span.pos0);
     }
   }
 }
@@ -963,9 +977,9 @@ void CausalAttention(const AttentionShape& shape, const KvRope& rope, const floa
 #else
   (void)pack_buffer;
 #endif
-  const float* k = kv.front().k;
-  const float* v = kv.front().v;
-  if (kv.size() > 1 || kv.front().rope) {
+  const auto* k = static_cast<const float*>(kv.front().k);
+  const auto* v = static_cast<const float*>(kv.front().v);
+  if (kv.size() > 1 || kv.front().rope || kv.front().dtype != DType::kF32) {
     const int64_t kw = shape.kv_heads * shape.head_dim, keys = positions.back() + 1;
     GatherKv(shape, rope, kv, keys, contiguous);
     k = contiguous->data();

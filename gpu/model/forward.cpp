@@ -416,8 +416,21 @@ Model::Pass::LayerOut Model::Pass::AttentionLayer(int64_t li, const float* xn, c
       }
     } else {
       const auto layer = static_cast<uint32_t>(li);
-      const float* ek = EntryInput(*b.entry->Find(layer, TensorKind::kKey), floats);
-      const float* ev = EntryInput(*b.entry->Find(layer, TensorKind::kValue), floats);
+      const EntryTensor& tk = *b.entry->Find(layer, TensorKind::kKey);
+      const EntryTensor& tv = *b.entry->Find(layer, TensorKind::kValue);
+      // In place, host K/V stay in their dtype (the attention widens a block at a time).
+      if (in_place && tk.view.memory() == MemoryKind::kHost &&
+          tv.view.memory() == MemoryKind::kHost && tk.view.dtype() == tv.view.dtype()) {
+        kv_spans_.push_back({.pos0 = b.pos0,
+                             .n = b.n,
+                             .k = tk.view.data(),
+                             .v = tv.view.data(),
+                             .dtype = tk.view.dtype(),
+                             .rope = true});
+        continue;
+      }
+      const float* ek = EntryInput(tk, floats);
+      const float* ev = EntryInput(tv, floats);
       if (in_place) {
         kv_spans_.push_back({.pos0 = b.pos0, .n = b.n, .k = ek, .v = ev, .rope = true});
       } else {

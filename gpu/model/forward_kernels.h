@@ -58,14 +58,17 @@ struct AttentionShape {
 };
 
 // Context rows [pos0, pos0 + n) of an attention layer's keys and values, in place where they
-// already are (AttentionSpans): K and V [n, kv_heads, head_dim], fp32, in the kernels' memory.
-// `rope`: K is an entry's, before RoPE, and is rotated to its positions as it is read; else it
-// is rotated already (a live block's, the state's cache).
+// already are (AttentionSpans): K and V [n, kv_heads, head_dim] of `dtype`, in the kernels'
+// memory. An entry's bf16 or f16 K/V are read as they are stored, widened (exactly) a block at
+// a time as the attention reads them, not a whole-tensor copy per compose. `rope`: K is an
+// entry's, before RoPE, and is rotated to its positions as it is read; else it is rotated
+// already (a live block's, the state's cache).
 struct KvSpan {
   int64_t pos0 = 0;
   int64_t n = 0;
-  const float* k = nullptr;
-  const float* v = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  DType dtype = DType::kF32;
   bool rope = false;
 };
 

@@ -1,6 +1,7 @@
 // CausalAttention against a float64 softmax attention, in both precisions of its products, and
 // the properties the compose relies on: a row's output does not depend on which other rows share
-// the call, nor on the thread count.
+// the call, nor on the thread count; K/V spans of bf16 entries give the bits of their widened
+// fp32 copies.
 #include "gpu/model/cpu_attention.h"
 
 #include <doctest/doctest.h>
@@ -170,6 +171,59 @@ TEST_CASE("fewer rows than kBf16AttentionMinRows take the fp32 products") {
   const AttentionProblem c =
       MakeAttentionProblem(8, 2, 64, Contiguous(500, kBf16AttentionMinRows - 1), 9);
   CHECK(Run(c, true, 2) == Run(c, false, 2));
+}
+
+TEST_CASE("spans of bf16 or f16 entries give the bits of the same K/V widened to fp32") {
+  // A compose's context: entry spans (K before RoPE) around a live block (K rotated already).
+  AttentionProblem c = MakeAttentionProblem(8, 2, 64, Cases().back().positions, 9);
+  const int64_t kw = c.shape.kv_heads * c.shape.head_dim;
+  const auto keys = static_cast<int64_t>(c.k.size()) / kw;
+  const KvRope rope{.rotary_dim = 16, .theta = 1e6};
+  const int64_t live0 = 300, live1 = 420;  // [live0, live1): the live block
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    CAPTURE(DTypeName(dtype));
+    // The entries' K/V in their dtype, and their exact fp32 widening.
+    std::vector<uint16_t> k16(c.k.size()), v16(c.v.size());
+    ConvertElements(DType::kF32, c.k.data(), dtype, k16.data(), k16.size());
+    ConvertElements(DType::kF32, c.v.data(), dtype, v16.data(), v16.size());
+    std::vector<float> k32(c.k.size()), v32(c.v.size());
+    ConvertElements(dtype, k16.data(), DType::kF32, k32.data(), k32.size());
+    ConvertElements(dtype, v16.data(), DType::kF32, v32.data(), v32.size());
+    auto spans = [&](bool narrow) {
+      auto entry = [&](int64_t p0, int64_t p1) {
+        return narrow ? KvSpan{.pos0 = p0,
+                               .n = p1 - p0,
+                               .k = k16.data() + p0 * kw,
+                               .v = v16.data() + p0 * kw,
+                               .dtype = dtype,
+                               .rope = true}
+                      : KvSpan{.pos0 = p0,
+                               .n = p1 - p0,
+                               .k = k32.data() + p0 * kw,
+                               .v = v32.data() + p0 * kw,
+                               .rope = true};
+      };
+      return std::vector<KvSpan>{entry(0, live0),
+                                 {.pos0 = live0,
+                                  .n = live1 - live0,
+                                  .k = c.k.data() + live0 * kw,
+                                  .v = c.v.data() + live0 * kw},
+                                 entry(live1, keys)};
+    };
+    for (bool bf16 : {true, false}) {
+      CAPTURE(bf16);
+      AttentionShape shape = c.shape;
+      shape.bf16_products = bf16;
+      cpu::ScopedComputeThreads budget(2);
+      std::vector<float> want(c.q.size(), -1.0f), got(c.q.size(), -2.0f), contiguous;
+      std::vector<uint32_t> pack;
+      const auto wide = spans(false), narrow = spans(true);
+      CausalAttention(shape, rope, c.q.data(), wide, want.data(), c.positions, &pack, &contiguous);
+      CausalAttention(shape, rope, c.q.data(), narrow, got.data(), c.positions, &pack, &contiguous);
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+      CHECK(MaxAbs(got) > 0.01);
+    }
+  }
 }
 
 }  // namespace
