@@ -198,11 +198,14 @@ void RopeRows(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t ro
   }
   const RopeTable table = SharedRopeTable(theta, rotary_dim, pos0 + rows);
   cpu::ParallelFor(rows, 256, [&](int64_t r0, int64_t r1) {
-    std::vector<float> computed(static_cast<size_t>(2 * half));
+    thread_local std::vector<float> computed;  // a row past the table (no allocation per call)
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t pos = pos0 + r;
-      const float* cs = table.cs->data() + pos * 2 * half;
-      if (pos >= table.positions) {  // past the table: as RopeCosSin gives them
+      const float* cs = nullptr;
+      if (pos < table.positions) {
+        cs = table.cs->data() + pos * 2 * half;
+      } else {  // past the table: as RopeCosSin gives them
+        computed.resize(static_cast<size_t>(2 * half));
         FillRopeRows(theta, rotary_dim, pos, 1, computed.data());
         cs = computed.data();
       }
