@@ -91,49 +91,6 @@ float SoftmaxStep(float* row, int64_t valid, float* max, float* sum) {
   return rescale;
 }
 
-// The span of `kv` (in order, covering every position from 0) that holds position p.
-size_t SpanOf(std::span<const KvSpan> kv, int64_t p) {
-  size_t s = 0;
-  while (p >= kv[s].pos0 + kv[s].n) ++s;
-  return s;
-}
-
-// Rows [b0, b0 + n) of kv head g's K (key) or V, [n, hd] at the returned pointer with row
-// stride *ld: in place when they lie in one fp32 span whose rows need no rotation, else
-// gathered into `tile` (n x hd floats), widened to fp32, a rope span's K rows rotated as
-// ApplyRope rotates them.
-const float* KvBlockRows(std::span<const KvSpan> kv, const KvRope& rope, bool key, int64_t ldk,
-                         int64_t g, int64_t hd, int64_t b0, int64_t n, float* tile, int64_t* ld) {
-  size_t s = SpanOf(kv, b0);
-  // Element offset of row p's head g in a span.
-  const auto offset = [&](const KvSpan& span, int64_t p) { return (p - span.pos0) * ldk + g * hd; };
-  if (b0 + n <= kv[s].pos0 + kv[s].n && !(key && kv[s].rope) && kv[s].dtype == DType::kF32) {
-    *ld = ldk;
-    return static_cast<const float*>(key ? kv[s].k : kv[s].v) + offset(kv[s], b0);
-  }
-  for (int64_t p = b0; p < b0 + n; ++s) {
-    const KvSpan& span = kv[s];
-    const int64_t take = std::min(b0 + n, span.pos0 + span.n) - p;
-    const auto* src = static_cast<const std::byte*>(key ? span.k : span.v) +
-                      offset(span, p) * static_cast<int64_t>(DTypeSize(span.dtype));
-    float* dst = tile + (p - b0) * hd;
-    if (span.dtype == DType::kF32 && key && span.rope) {  // rotated on the way
-      RopeRows(reinterpret_cast<const float*>(src), ldk, dst, hd, take, 1, hd, rope.rotary_dim,
-               rope.theta, p);
-    } else {
-      const int64_t row_bytes = ldk * static_cast<int64_t>(DTypeSize(span.dtype));
-      for (int64_t r = 0; r < take; ++r) {
-        ConvertElements(span.dtype, src + r * row_bytes, DType::kF32, dst + r * hd,
-                        static_cast<size_t>(hd));
-      }
-      if (key && span.rope) ApplyRope(dst, hd, take, 1, hd, rope.rotary_dim, rope.theta, p);
-    }
-    p += take;
-  }
-  *ld = hd;
-  return tile;
-}
-
 // Every span's K and V into *out as two caches of `keys` rows (K, then V), widened to fp32,
 // rope spans' K rotated: the fp32 products read contiguous K/V.
 void GatherKv(const AttentionShape& shape, const KvRope& rope, std::span<const KvSpan> kv,
@@ -382,6 +339,59 @@ void Attention(const AttentionShape& shape, const float* q, const float* k, cons
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+// The span of `kv` (in order, covering every position from 0) that holds position p.
+size_t SpanOf(std::span<const KvSpan> kv, int64_t p) {
+  size_t s = 0;
+  while (p >= kv[s].pos0 + kv[s].n) ++s;
+  return s;
+}
+
+// Rows [b0, b0 + n) of kv head g's K (key) or V, [n, hd] at the returned pointer with row
+// stride *ld: in place when they lie in one fp32 span whose rows need no rotation, else
+// gathered into `tile` (n x hd floats), widened to fp32, a rope span's K rows rotated as
+// ApplyRope rotates them.
+const float* KvBlockRows(std::span<const KvSpan> kv, const KvRope& rope, bool key, int64_t ldk,
+                         int64_t g, int64_t hd, int64_t b0, int64_t n, float* tile, int64_t* ld) {
+  size_t s = SpanOf(kv, b0);
+  // Element offset of row p's head g in a span.
+  const auto offset = [&](const KvSpan& span, int64_t p) { return (p - span.pos0) * ldk + g * hd; };
+  if (b0 + n <= kv[s].pos0 + kv[s].n && !(key && kv[s].rope) && kv[s].dtype == DType::kF32) {
+    *ld = ldk;
+    return static_cast<const float*>(key ? kv[s].k : kv[s].v) + offset(kv[s], b0);
+  }
+  for (int64_t p = b0; p < b0 + n; ++s) {
+    const KvSpan& span = kv[s];
+    const int64_t take = std::min(b0 + n, span.pos0 + span.n) - p;
+    const auto* src = static_cast<const std::byte*>(key ? span.k : span.v) +
+                      offset(span, p) * static_cast<int64_t>(DTypeSize(span.dtype));
+    float* dst = tile + (p - b0) * hd;
+    if (span.dtype == DType::kF32 && key && span.rope) {  // rotated on the way
+      RopeRows(reinterpret_cast<const float*>(src), ldk, dst, hd, take, 1, hd, rope.rotary_dim,
+               rope.theta, p);
+    } else {
+      const int64_t row_bytes = ldk * static_cast<int64_t>(DTypeSize(span.dtype));
+      for (int64_t r = 0; r < take; ++r) {
+        ConvertElements(span.dtype, src + r * row_bytes, DType::kF32, dst + r * hd,
+                        static_cast<size_t>(hd));
+      }
+      if (key && span.rope) ApplyRope(dst, hd, take, 1, hd, rope.rotary_dim, rope.theta, p);
+    }
+    p += take;
+  }
+  *ld = hd;
+  return tile;
+}
+
+// Rows [b0, b0 + n) of kv head g's V where they lie in one bf16 span (row stride ldk), else
+// null: already the bf16 the products read, with the bits their widening and rounding would
+// give back (but for denormals, which the rounding instruction flushes to zero).
+const uint16_t* Bf16ValueRows(std::span<const KvSpan> kv, int64_t ldk, int64_t g, int64_t hd,
+                              int64_t b0, int64_t n) {
+  const KvSpan& span = kv[SpanOf(kv, b0)];
+  if (span.dtype != DType::kBF16 || b0 + n > span.pos0 + span.n) return nullptr;
+  return static_cast<const uint16_t*>(span.v) + (b0 - span.pos0) * ldk + g * hd;
+}
+
 // The fused bf16 kernel. Operands are bf16 pairs held as uint32 (low half the even element),
 // the unit vdpbf16ps multiplies: lane l of dst += a[2l] * b[2l] + a[2l + 1] * b[2l + 1].
 constexpr int64_t kQTile = 64;    // query rows per work item
@@ -439,9 +449,13 @@ PackedKv PackKv(const AttentionShape& shape, const KvRope& rope, std::span<const
         }
       }
 
-      const float* v =
-          KvBlockRows(kv, rope, /*key=*/false, ldk, g, hd, b0, n, gathered.data(), &ld);
-      cpu::ConvertRowsToBf16(v, ld, n, hd, rows16.data(), hd);
+      if (const uint16_t* v16 = Bf16ValueRows(kv, ldk, g, hd, b0, n)) {
+        for (int64_t r = 0; r < n; ++r) std::copy_n(v16 + r * ldk, hd, rows16.data() + r * hd);
+      } else {
+        const float* v =
+            KvBlockRows(kv, rope, /*key=*/false, ldk, g, hd, b0, n, gathered.data(), &ld);
+        cpu::ConvertRowsToBf16(v, ld, n, hd, rows16.data(), hd);
+      }
       uint32_t* vd = vp + g * per_head + b0 * pairs;
       for (int64_t j = 0; j < kKBlock / 2; ++j) {
         const uint16_t* even = rows16.data() + 2 * j * hd;
