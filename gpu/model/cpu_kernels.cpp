@@ -601,23 +601,29 @@ void CpuForwardKernels::MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t
                                 int64_t hidden, float* y) {
   // Rows per tile: its gate-up products (tile x 2 im fp32), activations and outputs stay in
   // the thread's L2 beside the weights (builtin:small: 256 KiB + 64 + 128 beside 1.5 MiB).
-  constexpr int64_t kTileRows = 64;
+  constexpr int64_t kMaxTileRows = 64;
   const bool gather16 = x16 != nullptr && gate_up.dtype == DType::kBF16;
   const bool hidden16 = down.dtype == DType::kBF16;
   // Whole tiles to each thread, so a row's tile (and so its GEMM calls) does not depend on
-  // the thread count.
-  const int64_t tiles = (n + kTileRows - 1) / kTileRows;
+  // the thread count. A few tiles are made an even number of equal ones, so two threads get
+  // the same work: a compose's 160 rows in 3 tiles of 64 gave one thread 128 rows and the
+  // other 32 (4 tiles of 40 now). Many tiles (a prefill) keep 64 rows, the GEMMs' best shape.
+  constexpr int64_t kBalancedBelowTiles = 16;
+  int64_t tiles = (n + kMaxTileRows - 1) / kMaxTileRows;
+  if (tiles > 1 && tiles < kBalancedBelowTiles && tiles % 2 == 1) ++tiles;
+  const int64_t tile_rows = std::max<int64_t>(1, (n + tiles - 1) / tiles);
+  tiles = (n + tile_rows - 1) / tile_rows;
   cpu::ParallelFor(tiles, 1, [&](int64_t first, int64_t last) {
-    const int64_t j0 = first * kTileRows, j1 = std::min(n, last * kTileRows);
+    const int64_t j0 = first * tile_rows, j1 = std::min(n, last * tile_rows);
     // The running thread's tile buffers, kept between calls.
     thread_local std::vector<float> xs, gu;
     thread_local std::vector<uint16_t> xs16, h16, rounding;
     const auto fit = [](auto& v, int64_t size) {
       if (v.size() < static_cast<size_t>(size)) v.resize(static_cast<size_t>(size));
     };
-    fit(gu, kTileRows * 2 * im);
-    for (int64_t t0 = j0; t0 < j1; t0 += kTileRows) {
-      const int64_t t = std::min(kTileRows, j1 - t0);
+    fit(gu, kMaxTileRows * 2 * im);
+    for (int64_t t0 = j0; t0 < j1; t0 += tile_rows) {
+      const int64_t t = std::min(tile_rows, j1 - t0);
       // The tile's rows of x, or of its bf16 rounding (half the bytes, no rounding pass): in
       // place when the rows are x's own, else gathered.
       const float* xf = nullptr;
@@ -625,7 +631,7 @@ void CpuForwardKernels::MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t
       if (gather16 && index.empty()) {
         xb = x16 + t0 * hidden;
       } else if (gather16) {
-        fit(xs16, kTileRows * hidden);
+        fit(xs16, kMaxTileRows * hidden);
         for (int64_t j = 0; j < t; ++j) {
           std::memcpy(xs16.data() + j * hidden, x16 + index[static_cast<size_t>(t0 + j)] * hidden,
                       static_cast<size_t>(hidden) * sizeof(uint16_t));
@@ -634,7 +640,7 @@ void CpuForwardKernels::MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t
       } else if (index.empty()) {
         xf = x + t0 * hidden;
       } else {
-        fit(xs, kTileRows * hidden);
+        fit(xs, kMaxTileRows * hidden);
         for (int64_t j = 0; j < t; ++j) {
           std::memcpy(xs.data() + j * hidden, x + index[static_cast<size_t>(t0 + j)] * hidden,
                       static_cast<size_t>(hidden) * sizeof(float));
@@ -651,7 +657,7 @@ void CpuForwardKernels::MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t
         continue;
       }
       // The activation rounded to bf16 as down's product would round it, row by row in L1.
-      fit(h16, kTileRows * im);
+      fit(h16, kMaxTileRows * im);
       for (int64_t r = 0; r < t; ++r)
         SwiGluRowToBf16(gu.data() + r * 2 * im, im, h16.data() + r * im);
       LinearGemm(t, hidden, im, nullptr, 0, h16.data(), down, im, yt, hidden, false, &rounding);

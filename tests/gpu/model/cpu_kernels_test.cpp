@@ -165,8 +165,9 @@ TEST_CASE("SwiGluMlp's row tiles: the whole-rows product's values, the same bits
        DeviceWeight(DType::kBF16, down_packed.data(), &down_packed)},
   };
   for (const Weights& w : kinds) {
-    // One row, a tile less or more one, and tiles over both threads with a tail.
-    for (int64_t rows : {1, 63, 65, 300}) {
+    // One row, a tile less or more one (two tiles of 33), a few tiles evened out (160: four
+    // of 40; 300: six of 50), and many tiles of 64 with a tail.
+    for (int64_t rows : {1, 63, 65, 160, 300, 1100}) {
       CAPTURE(w.name);
       CAPTURE(rows);
       const auto x = rng.NormalVector(static_cast<size_t>(rows * hidden));
