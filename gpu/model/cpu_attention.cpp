@@ -262,9 +262,9 @@ void Attention(const AttentionShape& shape, const float* q, const float* k, cons
     }
   });
 
-  // Items (kv head, tile), the tiles of a kv head in PairedTile's order.
+  // Items (kv head, tile), the tiles of a kv head in PairedTile's order, down to one a thread.
   const int64_t tiles = (rows + kTile - 1) / kTile;
-  cpu::ParallelFor(shape.kv_heads * tiles, 2, [&](int64_t i0, int64_t i1) {
+  cpu::ParallelFor(shape.kv_heads * tiles, 1, [&](int64_t i0, int64_t i1) {
     const auto per_item = [&](int64_t n) { return static_cast<size_t>(group * n); };
     std::vector<float> o(per_item(kTile * ldo)), max(per_item(kTile)), sum(per_item(kTile));
     std::vector<float> qg(static_cast<size_t>(hd * kGroupRows));
@@ -843,8 +843,9 @@ void AttentionBf16(const AttentionShape& shape, const KvRope& rope, const float*
   // An item is one query tile of every head of one kv head: each key block is read from memory
   // once for all of them and stays in cache while they use it (a (head, tile) item streamed the
   // whole K/V prefix once per query head). Items go kv head by kv head, and within one in
-  // PairedTile's order.
-  cpu::ParallelFor(shape.kv_heads * tiles, 2, [&](int64_t i0, int64_t i1) {
+  // PairedTile's order; down to one item a thread (a compose's last layer, 16 rows in one tile:
+  // a kv head each, where two items a thread left the second thread idle).
+  cpu::ParallelFor(shape.kv_heads * tiles, 1, [&](int64_t i0, int64_t i1) {
 #ifdef HYPIC_AMX_ATTENTION
     std::optional<ScopedTiles> tiles_held;
     if (amx) tiles_held.emplace();
