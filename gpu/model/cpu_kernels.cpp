@@ -421,11 +421,7 @@ void CpuForwardKernels::GdnConvInputs(const GdnInputArgs& a) {
   const int64_t ch = 2 * nk * dk + vw;
   const linear::ConvShape conv{a.rows, static_cast<int32_t>(ch), a.conv_kernel};
   if (a.rows <= 0) return;
-  if (conv_taps_of_ != a.conv_weight) {
-    scratch_.conv_taps = linear::ConvTaps(a.conv_weight, conv.channels, conv.kernel);
-    conv_taps_of_ = a.conv_weight;
-  }
-  const std::vector<float>& taps = scratch_.conv_taps;
+  const std::vector<float> taps = linear::ConvTaps(a.conv_weight, conv.channels, conv.kernel);
   // Rows in tiles of kTileRows: the conv's output for a tile (64 KiB for C = 1,024) stays in
   // L1/L2 while q, k and v are taken out of it, instead of going to memory and back (at 16k
   // tokens a [T, C] f32 tensor is 64 MiB, and these loops are bound by memory bandwidth).

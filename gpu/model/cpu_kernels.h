@@ -161,13 +161,9 @@ class CpuForwardKernels final : public ForwardKernels {
     std::vector<std::vector<float>> expert_weights;
     std::vector<uint32_t> kv_pack;  // bf16 attention's packed K and V
     std::vector<float> kv_gather;   // fp32 attention's K and V gathered from spans
-    std::vector<float> conv_taps;   // GdnConvInputs: the conv weight's taps (ConvTaps)
   };
   static ScratchSet& ThreadScratch();
   ScratchSet scratch_;
-  // The conv weight whose taps scratch_.conv_taps holds in this pass (a compose's layer calls
-  // GdnConvInputs once per live block, with the same weight).
-  const float* conv_taps_of_ = nullptr;
   Status status_;
 };
 
