@@ -91,6 +91,27 @@ float SoftmaxStep(float* row, int64_t valid, float* max, float* sum) {
   return rescale;
 }
 
+// Rows [0, rows) of `heads` heads of head_dim from src (`dtype`, row stride lds elements) into
+// dst (fp32, row stride ldd), widened exactly and, with `rope`, rotated to positions pos0 on:
+// fp32 rows in one pass (RopeRows), others widened then rotated in place (the same bits).
+void WidenRows(DType dtype, const void* src, int64_t lds, float* dst, int64_t ldd, int64_t rows,
+               int64_t heads, int64_t head_dim, const KvRope* rope, int64_t pos0) {
+  if (rope != nullptr && dtype == DType::kF32) {
+    RopeRows(static_cast<const float*>(src), lds, dst, ldd, rows, heads, head_dim, rope->rotary_dim,
+             rope->theta, pos0);
+    return;
+  }
+  const auto* bytes = static_cast<const std::byte*>(src);
+  const auto row_bytes = lds * static_cast<int64_t>(DTypeSize(dtype));
+  for (int64_t r = 0; r < rows; ++r) {
+    ConvertElements(dtype, bytes + r * row_bytes, DType::kF32, dst + r * ldd,
+                    static_cast<size_t>(heads * head_dim));
+  }
+  if (rope != nullptr) {
+    ApplyRope(dst, ldd, rows, heads, head_dim, rope->rotary_dim, rope->theta, pos0);
+  }
+}
+
 // Every span's K and V into *out as two caches of `keys` rows (K, then V), widened to fp32,
 // rope spans' K rotated: the fp32 products read contiguous K/V.
 void GatherKv(const AttentionShape& shape, const KvRope& rope, std::span<const KvSpan> kv,
@@ -103,18 +124,10 @@ void GatherKv(const AttentionShape& shape, const KvRope& rope, std::span<const K
   for (const KvSpan& span : kv) {
     const int64_t n = std::min(span.n, keys - span.pos0);
     if (n <= 0) continue;
-    const auto count = static_cast<size_t>(n * kw);
-    ConvertElements(span.dtype, span.v, DType::kF32, v + span.pos0 * kw, count);
-    if (span.rope && span.dtype == DType::kF32) {
-      RopeRows(static_cast<const float*>(span.k), kw, k + span.pos0 * kw, kw, n, shape.kv_heads,
-               shape.head_dim, rope.rotary_dim, rope.theta, span.pos0);
-      continue;
-    }
-    ConvertElements(span.dtype, span.k, DType::kF32, k + span.pos0 * kw, count);
-    if (span.rope) {
-      ApplyRope(k + span.pos0 * kw, kw, n, shape.kv_heads, shape.head_dim, rope.rotary_dim,
-                rope.theta, span.pos0);
-    }
+    WidenRows(span.dtype, span.v, kw, v + span.pos0 * kw, kw, n, shape.kv_heads, shape.head_dim,
+              nullptr, span.pos0);
+    WidenRows(span.dtype, span.k, kw, k + span.pos0 * kw, kw, n, shape.kv_heads, shape.head_dim,
+              span.rope ? &rope : nullptr, span.pos0);
   }
 }
 
@@ -364,18 +377,8 @@ const float* KvBlockRows(std::span<const KvSpan> kv, const KvRope& rope, bool ke
     const int64_t take = std::min(b0 + n, span.pos0 + span.n) - p;
     const auto* src = static_cast<const std::byte*>(key ? span.k : span.v) +
                       offset(span, p) * static_cast<int64_t>(DTypeSize(span.dtype));
-    float* dst = tile + (p - b0) * hd;
-    if (span.dtype == DType::kF32 && key && span.rope) {  // rotated on the way
-      RopeRows(reinterpret_cast<const float*>(src), ldk, dst, hd, take, 1, hd, rope.rotary_dim,
-               rope.theta, p);
-    } else {
-      const int64_t row_bytes = ldk * static_cast<int64_t>(DTypeSize(span.dtype));
-      for (int64_t r = 0; r < take; ++r) {
-        ConvertElements(span.dtype, src + r * row_bytes, DType::kF32, dst + r * hd,
-                        static_cast<size_t>(hd));
-      }
-      if (key && span.rope) ApplyRope(dst, hd, take, 1, hd, rope.rotary_dim, rope.theta, p);
-    }
+    WidenRows(span.dtype, src, ldk, tile + (p - b0) * hd, hd, take, 1, hd,
+              key && span.rope ? &rope : nullptr, p);
     p += take;
   }
   *ld = hd;
