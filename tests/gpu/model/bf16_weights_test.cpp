@@ -91,12 +91,16 @@ TEST_CASE("bf16 weights: the composed state is exact; the logits differ only by 
   // The composition algebra is exact at any GEMM precision. The first linear layer's inputs
   // have the same bits in oracle Compose as in FullPrefill (in-context entries, the live rows
   // from their embeddings), so its composed S (T S(P) + S(C|0)) differs from the sequential
-  // chain by fp32 rounding alone: that is the algebra under bf16 GEMMs, held to 1e-5.
+  // chain by fp32 rounding alone: that is the algebra under bf16 GEMMs, held to 1e-5 per prompt.
   // Downstream, bf16 activations are not continuous: a ~1e-7 difference that crosses a bf16
   // rounding boundary flips that element by 2^-8, and a flip (or an MoE top-k tie it tips)
-  // moves the logits by ~1e-3. Most prompts see no flip and their logits are bit-identical;
-  // a flip costs less than rounding every activation does (bf16 vs f32 full), and across
-  // prompts the typical error stays well inside it (docs/benchmarks-history.md).
+  // moves the logits by ~1e-3. Whether a prompt sees flips, and how many, is chance: one flip
+  // can cost about as much as rounding every activation does (bf16 vs f32 full), so a single
+  // prompt's error is not held to that. What is held: per prompt, the bound the bf16 path has
+  // against f32 (3e-2); across the 12 prompts, the median well inside bf16's own rounding and
+  // the worst below the worst rounding (docs/benchmarks-history.md). A composition that loses
+  // or misplaces a segment fails the median by an order of magnitude: dropping one 30-token
+  // segment moves these logits by 1.8e-2 to 9e-2, swapping two by 5e-2 to 2e-1 (AMD Zen 5).
   ScratchDir f32_dir, bf16_dir;
   auto f32 = testing::LoadTiny(f32_dir.path(), {.dtype = DType::kBF16});
   auto bf16 =
@@ -130,7 +134,7 @@ TEST_CASE("bf16 weights: the composed state is exact; the logits differ only by 
                           full->state.layers[first_linear].state) < 1e-5);
     const double compose_err = testing::RelErr(oracle->logits, full->logits);
     const double rounding = testing::RelErr(full->logits, full_f32->logits);
-    CHECK(compose_err < rounding);
+    CHECK(compose_err < 3e-2);
     compose_errs.push_back(compose_err);
     roundings.push_back(rounding);
     exact += compose_err == 0.0 ? 1 : 0;
@@ -143,6 +147,7 @@ TEST_CASE("bf16 weights: the composed state is exact; the logits differ only by 
                                                   << median_err << ", max " << compose_errs.back()
                                                   << "; bf16 vs f32 median " << median_rounding);
   CHECK(median_err < 0.5 * median_rounding);
+  CHECK(compose_errs.back() < roundings.back());
 }
 
 }  // namespace
