@@ -1,6 +1,7 @@
 // `hypic-bench compose --json` end to end on builtin:tiny: every mode asked for reports its row,
 // the full prefill and the GEMM peaks are positive, the T overhead is reported (finite) when
-// segments are measured for it, and --t-segments 0 skips it instead of failing.
+// segments are measured for it, --t-segments 0 skips it instead of failing, and --full-reps
+// sets the reference prefill's repetitions apart from the modes'.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <sys/wait.h>
@@ -20,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-Json RunCompose(int t_segments) {
+Json RunCompose(int t_segments, const std::string& extra = "") {
   const char* bin = std::getenv("HYPIC_BIN_DIR");
   REQUIRE_MESSAGE(bin != nullptr, "HYPIC_BIN_DIR is not set (run through ctest)");
   const fs::path dir =
@@ -30,8 +31,8 @@ Json RunCompose(int t_segments) {
   const std::string cmd = fmt::format(
       "OMP_WAIT_POLICY=PASSIVE {}/hypic-bench compose --model builtin:tiny --cache-dir {} "
       "--segments 3 --segment-len 40 --suffix 8 --seam 8 --modes full,naive,hypic --reps 1 "
-      "--t-segments {} --threads 1 --json > {}",
-      bin, dir.string(), t_segments, out.string());
+      "--t-segments {} --threads 1 --json {} > {}",
+      bin, dir.string(), t_segments, extra, out.string());
   const int rc = std::system(cmd.c_str());
   std::ifstream in(out);
   std::stringstream text;
@@ -61,6 +62,14 @@ TEST_CASE("hypic-bench compose --t-segments 0 skips the T overhead") {
   const Json j = RunCompose(0);
   CHECK_FALSE(j.contains("t_overhead_pct"));
   CHECK_FALSE(j.contains("segment_prefill_ms"));
+  CHECK(j["full_prefill"]["tokens_per_s"].get<double>() > 0.0);
+  CHECK(j["full_reps"].get<int>() == j["reps"].get<int>());
+}
+
+TEST_CASE("hypic-bench compose --full-reps repeats the reference prefill apart from the modes") {
+  const Json j = RunCompose(0, "--full-reps 2");
+  CHECK(j["reps"].get<int>() == 1);
+  CHECK(j["full_reps"].get<int>() == 2);
   CHECK(j["full_prefill"]["tokens_per_s"].get<double>() > 0.0);
 }
 
