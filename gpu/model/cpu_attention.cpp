@@ -359,40 +359,44 @@ size_t SpanOf(std::span<const KvSpan> kv, int64_t p) {
   return s;
 }
 
-// Rows [b0, b0 + n) of kv head g's K (key) or V, [n, hd] at the returned pointer with row
-// stride *ld: in place when they lie in one fp32 span whose rows need no rotation, else
-// gathered into `tile` (n x hd floats), widened to fp32, a rope span's K rows rotated as
-// ApplyRope rotates them.
-const float* KvBlockRows(std::span<const KvSpan> kv, const KvRope& rope, bool key, int64_t ldk,
-                         int64_t g, int64_t hd, int64_t b0, int64_t n, float* tile, int64_t* ld) {
-  size_t s = SpanOf(kv, b0);
-  // Element offset of row p's head g in a span.
-  const auto offset = [&](const KvSpan& span, int64_t p) { return (p - span.pos0) * ldk + g * hd; };
-  if (b0 + n <= kv[s].pos0 + kv[s].n && !(key && kv[s].rope) && kv[s].dtype == DType::kF32) {
-    *ld = ldk;
-    return static_cast<const float*>(key ? kv[s].k : kv[s].v) + offset(kv[s], b0);
-  }
-  for (int64_t p = b0; p < b0 + n; ++s) {
-    const KvSpan& span = kv[s];
+// Rows [b0, b0 + n) of kv head g's K (key) or V rounded to bf16 into dst ([n, hd]): fp32 rows
+// straight from their span, a rope span's K rotated on the way (RopeRowsToBf16: the bits of
+// ApplyRope then the rounding), bf16 rows that need no rotation copied as they are (the bits
+// their widening and rounding would give back, but for denormals, which the rounding
+// instruction flushes to zero), rows of other dtypes widened into `tile` (n x hd floats)
+// first.
+void Bf16BlockRows(std::span<const KvSpan> kv, const KvRope& rope, bool key, int64_t ldk, int64_t g,
+                   int64_t hd, int64_t b0, int64_t n, float* tile, uint16_t* dst) {
+  for (int64_t p = b0, s = static_cast<int64_t>(SpanOf(kv, b0)); p < b0 + n; ++s) {
+    const KvSpan& span = kv[static_cast<size_t>(s)];
     const int64_t take = std::min(b0 + n, span.pos0 + span.n) - p;
+    const auto elem = static_cast<int64_t>(DTypeSize(span.dtype));
     const auto* src = static_cast<const std::byte*>(key ? span.k : span.v) +
-                      offset(span, p) * static_cast<int64_t>(DTypeSize(span.dtype));
-    WidenRows(span.dtype, src, ldk, tile + (p - b0) * hd, hd, take, 1, hd,
-              key && span.rope ? &rope : nullptr, p);
+                      ((p - span.pos0) * ldk + g * hd) * elem;
+    uint16_t* out = dst + (p - b0) * hd;
+    const bool rotate = key && span.rope;
+    if (span.dtype == DType::kBF16 && !rotate) {
+      const auto* rows16 = reinterpret_cast<const uint16_t*>(src);
+      for (int64_t r = 0; r < take; ++r) std::copy_n(rows16 + r * ldk, hd, out + r * hd);
+    } else {
+      const auto* rows32 = reinterpret_cast<const float*>(src);
+      int64_t ld = ldk;
+      if (span.dtype != DType::kF32) {
+        for (int64_t r = 0; r < take; ++r) {
+          ConvertElements(span.dtype, src + r * ldk * elem, DType::kF32, tile + r * hd,
+                          static_cast<size_t>(hd));
+        }
+        rows32 = tile;
+        ld = hd;
+      }
+      if (rotate) {
+        RopeRowsToBf16(rows32, ld, out, hd, take, hd, rope.rotary_dim, rope.theta, p);
+      } else {
+        cpu::ConvertRowsToBf16(rows32, ld, take, hd, out, hd);
+      }
+    }
     p += take;
   }
-  *ld = hd;
-  return tile;
-}
-
-// Rows [b0, b0 + n) of kv head g's V where they lie in one bf16 span (row stride ldk), else
-// null: already the bf16 the products read, with the bits their widening and rounding would
-// give back (but for denormals, which the rounding instruction flushes to zero).
-const uint16_t* Bf16ValueRows(std::span<const KvSpan> kv, int64_t ldk, int64_t g, int64_t hd,
-                              int64_t b0, int64_t n) {
-  const KvSpan& span = kv[SpanOf(kv, b0)];
-  if (span.dtype != DType::kBF16 || b0 + n > span.pos0 + span.n) return nullptr;
-  return static_cast<const uint16_t*>(span.v) + (b0 - span.pos0) * ldk + g * hd;
 }
 
 // The fused bf16 kernel. Operands are bf16 pairs held as uint32 (low half the even element),
@@ -419,6 +423,36 @@ struct PackedKv {
   const uint32_t* v = nullptr;
 };
 
+// The 16 x 16 block of pairs at rows[l * ld + p] (16 keys l, 16 pairs p) transposed into
+// out[p * 16 + l]: PackKv's key groups. Three rounds of in-register interleaves (32-bit
+// within 128-bit lanes, 64-bit, then whole lanes) where a scalar loop moved one pair at a
+// time (three quarters of PackKv's samples in a warm compose on a Xeon).
+void TransposePairs16(const Bf16PairAlias* rows, int64_t ld, uint32_t* out) {
+  __m512i r[16], t[16];
+  for (int l = 0; l < 16; ++l) r[l] = _mm512_loadu_si512(rows + l * ld);
+  for (int i = 0; i < 8; ++i) {  // lane L of t[2i]: pairs 4L, 4L + 1 of keys 2i, 2i + 1
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // lane L of r[4i + c]: pair 4L + c of keys 4i .. 4i + 3
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  constexpr int kEven = 0x88, kOdd = 0xDD;  // lanes (0, 2) or (1, 3) of each operand
+  for (int c = 0; c < 4; ++c) {
+    const __m512i even_lo = _mm512_shuffle_i32x4(r[c], r[4 + c], kEven);
+    const __m512i odd_lo = _mm512_shuffle_i32x4(r[c], r[4 + c], kOdd);
+    const __m512i even_hi = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], kEven);
+    const __m512i odd_hi = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], kOdd);
+    _mm512_storeu_si512(out + (c)*16, _mm512_shuffle_i32x4(even_lo, even_hi, kEven));
+    _mm512_storeu_si512(out + (4 + c) * 16, _mm512_shuffle_i32x4(odd_lo, odd_hi, kEven));
+    _mm512_storeu_si512(out + (8 + c) * 16, _mm512_shuffle_i32x4(even_lo, even_hi, kOdd));
+    _mm512_storeu_si512(out + (12 + c) * 16, _mm512_shuffle_i32x4(odd_lo, odd_hi, kOdd));
+  }
+}
+
 PackedKv PackKv(const AttentionShape& shape, const KvRope& rope, std::span<const KvSpan> kv,
                 int64_t keys, std::vector<uint32_t>* buffer) {
   const int64_t hd = shape.head_dim, pairs = hd / 2, ldk = shape.kv_heads * hd;
@@ -432,33 +466,27 @@ PackedKv PackKv(const AttentionShape& shape, const KvRope& rope, std::span<const
   uint32_t* vp = kp + per_tensor;
   cpu::ParallelFor(shape.kv_heads * blocks, 4, [&](int64_t i0, int64_t i1) {
     std::vector<uint16_t> rows16(static_cast<size_t>(kKBlock * hd));
-    std::vector<float> gathered(static_cast<size_t>(kKBlock * hd));  // KvBlockRows' tile
-    int64_t ld = 0;
+    std::vector<float> widened(static_cast<size_t>(kKBlock * hd));  // Bf16BlockRows' tile
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t g = item / blocks, b0 = (item % blocks) * kKBlock;
       const int64_t n = std::min(kKBlock, keys - b0);
       std::fill(rows16.begin() + n * hd, rows16.end(), uint16_t{0});
       const auto* rows32 = reinterpret_cast<const Bf16PairAlias*>(rows16.data());
 
-      const float* k = KvBlockRows(kv, rope, /*key=*/true, ldk, g, hd, b0, n, gathered.data(), &ld);
-      cpu::ConvertRowsToBf16(k, ld, n, hd, rows16.data(), hd);
+      Bf16BlockRows(kv, rope, /*key=*/true, ldk, g, hd, b0, n, widened.data(), rows16.data());
       uint32_t* kd = kp + g * per_head + b0 * pairs;
       for (int64_t kg = 0; kg < kKBlock / kKeyGroup; ++kg) {
-        for (int64_t p = 0; p < pairs; ++p) {
-          uint32_t* lanes = kd + (kg * pairs + p) * kKeyGroup;
-          for (int64_t l = 0; l < kKeyGroup; ++l) {
-            lanes[l] = rows32[(kg * kKeyGroup + l) * pairs + p];
-          }
+        const Bf16PairAlias* group_rows = rows32 + kg * kKeyGroup * pairs;
+        uint32_t* group_out = kd + kg * pairs * kKeyGroup;
+        int64_t p = 0;
+        for (; p + 16 <= pairs; p += 16)
+          TransposePairs16(group_rows + p, pairs, group_out + p * 16);
+        for (; p < pairs; ++p) {
+          for (int64_t l = 0; l < kKeyGroup; ++l) group_out[p * 16 + l] = group_rows[l * pairs + p];
         }
       }
 
-      if (const uint16_t* v16 = Bf16ValueRows(kv, ldk, g, hd, b0, n)) {
-        for (int64_t r = 0; r < n; ++r) std::copy_n(v16 + r * ldk, hd, rows16.data() + r * hd);
-      } else {
-        const float* v =
-            KvBlockRows(kv, rope, /*key=*/false, ldk, g, hd, b0, n, gathered.data(), &ld);
-        cpu::ConvertRowsToBf16(v, ld, n, hd, rows16.data(), hd);
-      }
+      Bf16BlockRows(kv, rope, /*key=*/false, ldk, g, hd, b0, n, widened.data(), rows16.data());
       uint32_t* vd = vp + g * per_head + b0 * pairs;
       for (int64_t j = 0; j < kKBlock / 2; ++j) {
         const uint16_t* even = rows16.data() + 2 * j * hd;

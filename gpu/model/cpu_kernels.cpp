@@ -186,6 +186,31 @@ RopeTable SharedRopeTable(double theta, int64_t rotary_dim, int64_t positions) {
   return t;
 }
 
+// The (cos, sin) row RopeRows rotates position `pos` by: the table's, or past it computed
+// into *computed as RopeCosSin gives them.
+const float* RopeCsRow(const RopeTable& table, double theta, int64_t rotary_dim, int64_t pos,
+                       std::vector<float>* computed) {
+  const int64_t width = rotary_dim / 2 * 2;  // FillRopeRows' row: cos, then sin, of each pair
+  if (pos < table.positions) return table.cs->data() + pos * width;
+  computed->resize(static_cast<size_t>(width));
+  FillRopeRows(theta, rotary_dim, pos, 1, computed->data());
+  return computed->data();
+}
+
+// One head's NeoX pairs (i, i + half), i < half, rotated from `in` into `out` (which may be
+// `in`) by the (cos, sin) row cs: every rotated value RopeRows and RopeRowsToBf16 make. Out of
+// line, so both run the very same instructions (the compiler may contract a * c - b * s into
+// an fma differently where it inlines), and a compose's K rotated as the attention packs it
+// keeps the bits of a full prefill's K rotated in its cache.
+[[gnu::noinline]] void RotateHead(const float* in, float* out, const float* cs, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    float a = in[i], b = in[i + half];
+    linear::RotatePair(a, b, cs[i], cs[half + i]);
+    out[i] = a;
+    out[i + half] = b;
+  }
+}
+
 }  // namespace
 
 void RopeRows(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t heads,
@@ -200,28 +225,43 @@ void RopeRows(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t ro
   cpu::ParallelFor(rows, 256, [&](int64_t r0, int64_t r1) {
     thread_local std::vector<float> computed;  // a row past the table (no allocation per call)
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t pos = pos0 + r;
-      const float* cs = nullptr;
-      if (pos < table.positions) {
-        cs = table.cs->data() + pos * 2 * half;
-      } else {  // past the table: as RopeCosSin gives them
-        computed.resize(static_cast<size_t>(2 * half));
-        FillRopeRows(theta, rotary_dim, pos, 1, computed.data());
-        cs = computed.data();
-      }
+      const float* cs = RopeCsRow(table, theta, rotary_dim, pos0 + r, &computed);
       for (int64_t h = 0; h < heads; ++h) {
         const float* in = src + r * lds + h * head_dim;
         float* out = dst + r * ldd + h * head_dim;
-        for (int64_t i = 0; i < half; ++i) {
-          float a = in[i], b = in[i + half];
-          linear::RotatePair(a, b, cs[i], cs[half + i]);
-          out[i] = a;
-          out[i + half] = b;
-        }
+        RotateHead(in, out, cs, half);
         if (out != in) std::copy(in + 2 * half, in + head_dim, out + 2 * half);
       }
     }
   });
+}
+
+void RopeRowsToBf16(const float* src, int64_t lds, uint16_t* dst, int64_t ldd, int64_t rows,
+                    int64_t head_dim, int64_t rotary_dim, double theta, int64_t pos0) {
+  const int64_t half = rotary_dim / 2, rotated = 2 * half;
+  if (rows <= 0) return;
+  if (half == 0) {
+    cpu::ConvertRowsToBf16(src, lds, rows, head_dim, dst, ldd);
+    return;
+  }
+  const RopeTable table = SharedRopeTable(theta, rotary_dim, pos0 + rows);
+  std::vector<float> computed;
+  // The rotated dims alone, or (when they end inside one of ConvertRowsToBf16's 16-lane
+  // vectors, which would round the row's two parts by different instructions) the whole row.
+  const bool split = rotated % 16 == 0;
+  std::vector<float> row(static_cast<size_t>(split ? rotated : head_dim));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = src + r * lds;
+    uint16_t* out = dst + r * ldd;
+    RotateHead(in, row.data(), RopeCsRow(table, theta, rotary_dim, pos0 + r, &computed), half);
+    if (split) {
+      cpu::ConvertRowsToBf16(row.data(), rotated, 1, rotated, out, rotated);
+      cpu::ConvertRowsToBf16(in + rotated, lds, 1, head_dim - rotated, out + rotated, ldd);
+    } else {
+      std::copy(in + rotated, in + head_dim, row.begin() + rotated);
+      cpu::ConvertRowsToBf16(row.data(), head_dim, 1, head_dim, out, ldd);
+    }
+  }
 }
 
 void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,

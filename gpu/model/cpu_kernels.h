@@ -35,6 +35,12 @@ void ApplyRope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_d
 // is ApplyRope.
 void RopeRows(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t heads,
               int64_t head_dim, int64_t rotary_dim, double theta, int64_t pos0);
+// RopeRows of one head's rows, each rotated row rounded to bf16 (cpu::ConvertRowsToBf16) into
+// dst (row stride ldd) with no fp32 copy: the bf16 attention's K. The same bits as RopeRows
+// then ConvertRowsToBf16. On the calling thread alone (callers run it inside their own
+// parallel loop).
+void RopeRowsToBf16(const float* src, int64_t lds, uint16_t* dst, int64_t ldd, int64_t rows,
+                    int64_t head_dim, int64_t rotary_dim, double theta, int64_t pos0);
 
 // h[i] = bf16(SwiGlu(gu[i], gu[im + i])) for i < im: forward_math.h's SwiGluRow and the bf16
 // rounding of the down product's input in one pass, 16 lanes at a time where the build has

@@ -1,7 +1,7 @@
 // CausalAttention against a float64 softmax attention, in both precisions of its products, and
 // the properties the compose relies on: a row's output does not depend on which other rows share
 // the call, nor on the thread count; K/V spans of bf16 entries give the bits of their widened
-// fp32 copies.
+// fp32 copies; a rope span's K, rotated as it is read, the bits of the same K rotated first.
 #include "gpu/model/cpu_attention.h"
 
 #include <doctest/doctest.h>
@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "gpu/cpu/compute_threads.h"
+#include "gpu/model/cpu_kernels.h"
 #include "tests/gpu/model/attention_problem.h"
 
 namespace hypic::model {
@@ -222,6 +223,54 @@ TEST_CASE("spans of bf16 or f16 entries give the bits of the same K/V widened to
       CausalAttention(shape, rope, c.q.data(), narrow, got.data(), c.positions, &pack, &contiguous);
       CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
       CHECK(MaxAbs(got) > 0.01);
+    }
+  }
+}
+
+TEST_CASE("a rope span's K gives the bits of the same K rotated before the call") {
+  // A compose's entry spans hold K before RoPE and are rotated as the kernel reads them; the
+  // same rows rotated in place first (ApplyRope, as a full prefill's caches hold them) must
+  // give the same output bits, whichever products and however many threads.
+  const AttentionProblem c = MakeAttentionProblem(8, 2, 64, Cases().back().positions, 11);
+  const int64_t kw = c.shape.kv_heads * c.shape.head_dim;
+  const auto keys = static_cast<int64_t>(c.k.size()) / kw;
+  const int64_t live0 = 260, live1 = 400;          // [live0, live1): a live block, already rotated
+  for (const int64_t rotary_dim : {16, 24, 64}) {  // 24: the rotated dims end inside a vector
+    CAPTURE(rotary_dim);
+    const KvRope rope{.rotary_dim = rotary_dim, .theta = 1e6};
+    std::vector<float> rotated = c.k;
+    ApplyRope(rotated.data(), kw, live0, c.shape.kv_heads, c.shape.head_dim, rotary_dim, rope.theta,
+              0);
+    ApplyRope(rotated.data() + live1 * kw, kw, keys - live1, c.shape.kv_heads, c.shape.head_dim,
+              rotary_dim, rope.theta, live1);
+    auto spans = [&](const std::vector<float>& k, bool entry_rope) {
+      auto span = [&](int64_t p0, int64_t p1, bool span_rope) {
+        return KvSpan{.pos0 = p0,
+                      .n = p1 - p0,
+                      .k = k.data() + p0 * kw,
+                      .v = c.v.data() + p0 * kw,
+                      .rope = span_rope};
+      };
+      return std::vector<KvSpan>{span(0, live0, entry_rope), span(live0, live1, false),
+                                 span(live1, keys, entry_rope)};
+    };
+    const auto read_rotated = spans(c.k, true), pre_rotated = spans(rotated, false);
+    for (bool bf16 : {true, false}) {
+      for (int threads : {1, 2}) {
+        CAPTURE(bf16);
+        CAPTURE(threads);
+        AttentionShape shape = c.shape;
+        shape.bf16_products = bf16;
+        cpu::ScopedComputeThreads budget(threads);
+        std::vector<float> want(c.q.size(), -1.0f), got(c.q.size(), -2.0f), contiguous;
+        std::vector<uint32_t> pack;
+        CausalAttention(shape, rope, c.q.data(), pre_rotated, want.data(), c.positions, &pack,
+                        &contiguous);
+        CausalAttention(shape, rope, c.q.data(), read_rotated, got.data(), c.positions, &pack,
+                        &contiguous);
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+        CHECK(MaxAbs(got) > 0.01);
+      }
     }
   }
 }
