@@ -93,6 +93,16 @@ if(HYPIC_NATIVE AND NOT HYPIC_FUZZ)
   if(HYPIC_HAS_MARCH_NATIVE)
     add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-march=native>)
   endif()
+  # GCC tunes -march=native on Intel's AVX-512 cores for 256-bit vectors (the older cores'
+  # clock penalty), so the loops it vectorises itself (norms, the GDN solve and conv, the
+  # gating) used half the vector width this machine has. 512 measured 2-5% off a warm compose
+  # and 3-5% off the GDN operator on the Intel Xeon of 2026-12-06 (docs/benchmarks.md), the
+  # full prefill unchanged within its noise. A tuning flag only: no effect on CPUs without
+  # AVX-512, and the same operations in the same order (no reassociation), so the same bits.
+  check_cxx_compiler_flag(-mprefer-vector-width=512 HYPIC_HAS_PREFER_512)
+  if(HYPIC_HAS_PREFER_512)
+    add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-mprefer-vector-width=512>)
+  endif()
 endif()
 # The CPU kernels' 8-lane GCC vectors (gpu/cpu/vec8.h) are returned by value from inline
 # helpers; below AVX GCC reports, once per file and with no location a pragma could silence,
