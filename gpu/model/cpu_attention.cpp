@@ -446,7 +446,7 @@ void TransposePairs16(const Bf16PairAlias* rows, int64_t ld, uint32_t* out) {
     const __m512i odd_lo = _mm512_shuffle_i32x4(r[c], r[4 + c], kOdd);
     const __m512i even_hi = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], kEven);
     const __m512i odd_hi = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], kOdd);
-    _mm512_storeu_si512(out + (c)*16, _mm512_shuffle_i32x4(even_lo, even_hi, kEven));
+    _mm512_storeu_si512(out + c * 16, _mm512_shuffle_i32x4(even_lo, even_hi, kEven));
     _mm512_storeu_si512(out + (4 + c) * 16, _mm512_shuffle_i32x4(odd_lo, odd_hi, kEven));
     _mm512_storeu_si512(out + (8 + c) * 16, _mm512_shuffle_i32x4(even_lo, even_hi, kOdd));
     _mm512_storeu_si512(out + (12 + c) * 16, _mm512_shuffle_i32x4(odd_lo, odd_hi, kOdd));
