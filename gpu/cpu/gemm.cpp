@@ -177,18 +177,53 @@ PrimitiveCache& Cache() {
   return *cache;
 }
 
-// Calls fn(row0, rows) over [0, m) in blocks of kGemmRowBlock, then one multiple of 16, then
-// a tail of fewer than 16 rows.
+// How CachedGemm splits m rows into calls. Blocks of kGemmRowBlock, then the rest: as one
+// multiple of 16 and a tail of fewer than 16 rows, or (merge_rest) as one call. With pad, no
+// call has a partial group of 16: the tail or the merged rest runs padded to a multiple of 16.
+// So a row's bits do not hang on how many rows its call has: oneDNN's kernels for a partial
+// group (and its gemv for one row) sum in another order than for whole groups on some shapes
+// (fp32 with lda != k on a Xeon: every row of an 11-row tail differed from the same row in a
+// bigger call).
+struct RowSplit {
+  bool pad = false;         // every call a multiple of 16 rows (A is row-major, copyable)
+  bool merge_rest = false;  // the rest as one call (cheaper than reading B twice)
+};
+
+// Calls fn(row0, rows, call_rows) for each call of the split: rows of the product from row0,
+// run as call_rows >= rows (the caller pads rows [rows, call_rows)).
 template <typename Fn>
-void ForEachRowBlock(int64_t m, const Fn& fn) {
+void ForEachRowBlock(int64_t m, RowSplit split, const Fn& fn) {
+  const auto padded = [&](int64_t rows) { return split.pad ? (rows + 15) & ~int64_t{15} : rows; };
   int64_t row = 0;
-  for (; row + kGemmRowBlock <= m; row += kGemmRowBlock) fn(row, kGemmRowBlock);
+  for (; row + kGemmRowBlock <= m; row += kGemmRowBlock) fn(row, kGemmRowBlock, kGemmRowBlock);
+  if (row == m) return;
+  if (split.merge_rest) {
+    fn(row, m - row, padded(m - row));
+    return;
+  }
   const int64_t sixteens = (m - row) & ~int64_t{15};
   if (sixteens > 0) {
-    fn(row, sixteens);
+    fn(row, sixteens, sixteens);
     row += sixteens;
   }
-  if (row < m) fn(row, m - row);
+  if (row < m) fn(row, m - row, padded(m - row));
+}
+
+// CachedGemm's split: pad where A's rows can be copied (not transposed); merge the rest when
+// it ends in a partial group after at least one whole group (two calls otherwise, each reading
+// all of B) and copying it and its C rows costs less than reading B once more. A compose's
+// products are mostly such calls (an expert's ~40 rows: 32 + 8; 365 calls a compose, 211
+// merged), and reading the weight twice was most of their time.
+template <typename T>
+RowSplit SplitRows(Trans ta, int64_t m, int64_t n, int64_t k) {
+  const int64_t rest = m % kGemmRowBlock;
+  const auto b_bytes = static_cast<uint64_t>(n) * static_cast<uint64_t>(k) * sizeof(T);
+  const auto copy_bytes = static_cast<uint64_t>(rest) * (static_cast<uint64_t>(n) * sizeof(float) +
+                                                         static_cast<uint64_t>(k) * sizeof(T));
+  RowSplit split;
+  split.pad = ta == Trans::kNo;
+  split.merge_rest = split.pad && rest > 16 && rest % 16 != 0 && copy_bytes <= b_bytes;
+  return split;
 }
 
 // C <- beta C, the whole product when k == 0.
@@ -214,25 +249,47 @@ bool CachedGemm(memory::data_type dtype, Trans ta, Trans tb, int64_t m, int64_t 
   Key key{dtype, ta, tb, 0, n, k, lda, ldb, ldc, 0, 0, threads, b_layout};
   std::memcpy(&key.alpha_bits, &alpha, sizeof alpha);
   std::memcpy(&key.beta_bits, &beta, sizeof beta);
+  const RowSplit split = SplitRows<T>(ta, m, n, k);
   if (b_layout != nullptr) {
     // Every block's primitive first, so that a layout no implementation takes leaves C as it
     // was (blocks of one product share at most three shapes).
     bool ok = true;
-    ForEachRowBlock(m, [&](int64_t, int64_t rows) {
-      key.m = rows;
+    ForEachRowBlock(m, split, [&](int64_t, int64_t, int64_t call_rows) {
+      key.m = call_rows;
       ok = ok && Cache().Get(key) != nullptr;
     });
     if (!ok) return false;
   }
   dnnl::stream& stream = ThreadStream();
-  ForEachRowBlock(m, [&](int64_t row0, int64_t rows) {
-    key.m = rows;
+  ForEachRowBlock(m, split, [&](int64_t row0, int64_t rows, int64_t call_rows) {
+    key.m = call_rows;
     std::shared_ptr<const Primitive> p = Cache().Get(key);
     const T* a_rows = ta == Trans::kNo ? a + row0 * lda : a + row0;
+    float* c_rows = c + row0 * ldc;
+    // A padded call runs on copies of its rows with the product's own strides (oneDNN's fp32
+    // kernels sum in another order at another lda); the rows past `rows` keep whatever earlier
+    // calls left there: a row of C depends only on its own row of A (and of C), and those rows
+    // are dropped.
+    thread_local std::vector<T> a_padded;
+    thread_local std::vector<float> c_padded;
+    const bool padded = call_rows > rows;
+    if (padded) {
+      if (a_padded.size() < static_cast<size_t>(call_rows * lda)) {
+        a_padded.resize(static_cast<size_t>(call_rows * lda));
+      }
+      if (c_padded.size() < static_cast<size_t>(call_rows * ldc)) {
+        c_padded.resize(static_cast<size_t>(call_rows * ldc));
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy_n(a_rows + r * lda, k, a_padded.data() + r * lda);
+        if (beta != 0.0f) std::copy_n(c_rows + r * ldc, n, c_padded.data() + r * ldc);
+      }
+      a_rows = a_padded.data();
+    }
     try {
       memory am(p->a, Engine(), const_cast<T*>(a_rows));
       memory bm(p->b, Engine(), const_cast<T*>(b));
-      memory cm(p->c, Engine(), c + row0 * ldc);
+      memory cm(p->c, Engine(), padded ? c_padded.data() : c_rows);
       memory sm(p->scratchpad, Engine(), ThreadScratchpad(p->scratchpad.get_size()));
       p->matmul.execute(stream, {{DNNL_ARG_SRC, am},
                                  {DNNL_ARG_WEIGHTS, bm},
@@ -241,6 +298,9 @@ bool CachedGemm(memory::data_type dtype, Trans ta, Trans tb, int64_t m, int64_t 
       stream.wait();
     } catch (const dnnl::error& e) {
       Fatal("matmul", e);
+    }
+    for (int64_t r = 0; padded && r < rows; ++r) {
+      std::copy_n(c_padded.data() + r * ldc, n, c_rows + r * ldc);
     }
   });
   return true;

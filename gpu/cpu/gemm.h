@@ -7,7 +7,9 @@
 // dnnl_sgemm instead) and keeps it in a process-wide LRU cache, so
 // a shape pays its set-up (about 0.2-0.4 ms of JIT) once. Rows are split into blocks of at
 // most kGemmRowBlock, then a multiple of 16, then a tail of fewer than 16, so the shapes a
-// weight sees stay few however the row count varies from call to call. GemmAnyShape is for
+// weight sees stay few however the row count varies from call to call; where copying them is
+// cheaper than reading B again, the last two go as one call padded to a multiple of 16 (a
+// row's bits are the same either way). GemmAnyShape is for
 // products whose inner dimensions change with every call (attention over a growing context):
 // oneDNN's dnnl_sgemm, which has no per-shape set-up. On CPUs without AVX-512, where
 // oneDNN's fp32 kernels give a row different bits in calls of different shapes, every fp32
