@@ -212,8 +212,8 @@ void ForEachRowBlock(int64_t m, RowSplit split, const Fn& fn) {
 // CachedGemm's split: pad where A's rows can be copied (not transposed); merge the rest when
 // it ends in a partial group after at least one whole group (two calls otherwise, each reading
 // all of B) and copying it and its C rows costs less than reading B once more. A compose's
-// products are mostly such calls (an expert's ~40 rows: 32 + 8; 365 calls a compose, 211
-// merged), and reading the weight twice was most of their time.
+// products are mostly such rests (an expert's ~40 rows were 32 + 8, the weight read twice):
+// 211 calls a compose instead of 365.
 template <typename T>
 RowSplit SplitRows(Trans ta, int64_t m, int64_t n, int64_t k) {
   const int64_t rest = m % kGemmRowBlock;
