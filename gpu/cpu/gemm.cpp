@@ -419,13 +419,13 @@ namespace {
 
 // A bf16 product of m rows of A through run(ta, m, a, lda, c, ldc). oneDNN 2.6 runs a one-row
 // bf16 matmul on a gemv kernel that, on AMX machines, rounds differently from the same row
-// inside a larger call. A lone row (a decode step, the last-row lm_head) therefore goes as
-// two rows, the second zero, so its bits are the same as in a prefill's
-// (tests/gpu/cpu/gemm_test.cpp). AMX computes 16-row tiles either way.
+// inside a larger call. CachedGemm pads a row-major A's lone row to 16 itself (RowSplit); a
+// transposed A's lone row, which it cannot pad, goes here as two rows, the second zero, so its
+// bits are the same as in a prefill's (tests/gpu/cpu/gemm_test.cpp).
 template <typename Run>
 void Bf16Rows(Trans ta, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, float beta,
               float* c, int64_t ldc, const Run& run) {
-  if (m != 1 || k <= 0) return run(ta, m, a, lda, c, ldc);
+  if (m != 1 || k <= 0 || ta == Trans::kNo) return run(ta, m, a, lda, c, ldc);
   thread_local std::vector<uint16_t> a2;
   thread_local std::vector<float> c2;
   a2.assign(static_cast<size_t>(2 * k), 0);
@@ -479,19 +479,17 @@ void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf
   const auto* layout = static_cast<const memory::desc*>(w.layout());
   const auto* b = static_cast<const uint16_t*>(w.data());
   if (layout == nullptr) return RowStableGemmPanels(m, n, k, alpha, a, lda, b, beta, c, ldc);
-  Bf16Rows(Trans::kNo, m, n, k, a, lda, beta, c, ldc,
-           [&](Trans t, int64_t rows, const uint16_t* x, int64_t ldx, float* y, int64_t ldy) {
-             if (CachedGemm(memory::data_type::bf16, t, Trans::kYes, rows, n, k, alpha, x, ldx, b,
-                            k, beta, y, ldy, layout)) {
-               return;
-             }
-             // No implementation reads the packed layout at this row count: the plain one.
-             thread_local std::vector<uint16_t> plain;
-             plain.resize(static_cast<size_t>(n * k));
-             w.Unpack(plain.data());
-             CachedGemm(memory::data_type::bf16, t, Trans::kYes, rows, n, k, alpha, x, ldx,
-                        plain.data(), k, beta, y, ldy);
-           });
+  // A row-major A: CachedGemm pads a lone row itself (no Bf16Rows needed).
+  if (CachedGemm(memory::data_type::bf16, Trans::kNo, Trans::kYes, m, n, k, alpha, a, lda, b, k,
+                 beta, c, ldc, layout)) {
+    return;
+  }
+  // No implementation reads the packed layout at this row count: the plain one.
+  thread_local std::vector<uint16_t> plain;
+  plain.resize(static_cast<size_t>(n * k));
+  w.Unpack(plain.data());
+  CachedGemm(memory::data_type::bf16, Trans::kNo, Trans::kYes, m, n, k, alpha, a, lda, plain.data(),
+             k, beta, c, ldc);
 }
 
 void GemmRoundingA(int64_t m, float alpha, const float* a, int64_t lda, const PackedBf16Weight& w,

@@ -245,11 +245,11 @@ void RopeRowsToBf16(const float* src, int64_t lds, uint16_t* dst, int64_t ldd, i
     return;
   }
   const RopeTable table = SharedRopeTable(theta, rotary_dim, pos0 + rows);
-  std::vector<float> computed;
+  thread_local std::vector<float> computed, row;  // kept: a compose calls this per K block
   // The rotated dims alone, or (when they end inside one of ConvertRowsToBf16's 16-lane
   // vectors, which would round the row's two parts by different instructions) the whole row.
   const bool split = rotated % 16 == 0;
-  std::vector<float> row(static_cast<size_t>(split ? rotated : head_dim));
+  row.resize(static_cast<size_t>(split ? rotated : head_dim));
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = src + r * lds;
     uint16_t* out = dst + r * ldd;
