@@ -1,7 +1,7 @@
 #include "gpu/model/cpu_kernels.h"
 
 #include <fmt/format.h>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 #include <sys/mman.h>
@@ -198,16 +198,33 @@ const float* RopeCsRow(const RopeTable& table, double theta, int64_t rotary_dim,
 }
 
 // One head's NeoX pairs (i, i + half), i < half, rotated from `in` into `out` (which may be
-// `in`) by the (cos, sin) row cs: every rotated value RopeRows and RopeRowsToBf16 make. Out of
-// line, so both run the very same instructions (the compiler may contract a * c - b * s into
-// an fma differently where it inlines), and a compose's K rotated as the attention packs it
-// keeps the bits of a full prefill's K rotated in its cache.
-[[gnu::noinline]] void RotateHead(const float* in, float* out, const float* cs, int64_t half) {
-  for (int64_t i = 0; i < half; ++i) {
-    float a = in[i], b = in[i + half];
-    linear::RotatePair(a, b, cs[i], cs[half + i]);
-    out[i] = a;
-    out[i + half] = b;
+// `in`) by the (cos, sin) row cs: every rotated value RopeRows and RopeRowsToBf16 make, so a
+// compose's K rotated as the attention packs it keeps the bits of a full prefill's K rotated
+// in its cache. linear::RotatePair's arithmetic with its contraction written out: a' = a c -
+// (b s), b' = b c + (a s), each an fma over the other product rounded. The vector and scalar
+// forms give the same bits, whatever the compiler would contract where it inlines.
+inline void RotateHead(const float* in, float* out, const float* cs, int64_t half) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= half; i += 16) {
+    const __m512 a = _mm512_loadu_ps(in + i), b = _mm512_loadu_ps(in + half + i);
+    const __m512 c = _mm512_loadu_ps(cs + i), s = _mm512_loadu_ps(cs + half + i);
+    _mm512_storeu_ps(out + i, _mm512_fmsub_ps(a, c, _mm512_mul_ps(b, s)));
+    _mm512_storeu_ps(out + half + i, _mm512_fmadd_ps(b, c, _mm512_mul_ps(a, s)));
+  }
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+  for (; i + 8 <= half; i += 8) {
+    const __m256 a = _mm256_loadu_ps(in + i), b = _mm256_loadu_ps(in + half + i);
+    const __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(cs + half + i);
+    _mm256_storeu_ps(out + i, _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s)));
+    _mm256_storeu_ps(out + half + i, _mm256_fmadd_ps(b, c, _mm256_mul_ps(a, s)));
+  }
+#endif
+  for (; i < half; ++i) {
+    const float a = in[i], b = in[i + half], c = cs[i], s = cs[half + i];
+    out[i] = std::fma(a, c, -(b * s));
+    out[i + half] = std::fma(b, c, a * s);
   }
 }
 
@@ -245,22 +262,23 @@ void RopeRowsToBf16(const float* src, int64_t lds, uint16_t* dst, int64_t ldd, i
     return;
   }
   const RopeTable table = SharedRopeTable(theta, rotary_dim, pos0 + rows);
-  thread_local std::vector<float> computed, row;  // kept: a compose calls this per K block
-  // The rotated dims alone, or (when they end inside one of ConvertRowsToBf16's 16-lane
-  // vectors, which would round the row's two parts by different instructions) the whole row.
+  thread_local std::vector<float> computed, block;  // kept: a compose calls this per K block
+  // Every row's rotated dims into `block` first, then two roundings of all the rows (two calls
+  // per row cost more than the rounding). The rotated dims go alone, or, when they end inside
+  // one of ConvertRowsToBf16's 16-lane vectors (which would round the row's two parts by
+  // different instructions), with the rest of the row.
   const bool split = rotated % 16 == 0;
-  row.resize(static_cast<size_t>(split ? rotated : head_dim));
+  const int64_t width = split ? rotated : head_dim;
+  block.resize(static_cast<size_t>(rows * width));
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = src + r * lds;
-    uint16_t* out = dst + r * ldd;
-    RotateHead(in, row.data(), RopeCsRow(table, theta, rotary_dim, pos0 + r, &computed), half);
-    if (split) {
-      cpu::ConvertRowsToBf16(row.data(), rotated, 1, rotated, out, rotated);
-      cpu::ConvertRowsToBf16(in + rotated, lds, 1, head_dim - rotated, out + rotated, ldd);
-    } else {
-      std::copy(in + rotated, in + head_dim, row.begin() + rotated);
-      cpu::ConvertRowsToBf16(row.data(), head_dim, 1, head_dim, out, ldd);
-    }
+    float* row = block.data() + r * width;
+    RotateHead(in, row, RopeCsRow(table, theta, rotary_dim, pos0 + r, &computed), half);
+    if (!split) std::copy(in + rotated, in + head_dim, row + rotated);
+  }
+  cpu::ConvertRowsToBf16(block.data(), width, rows, width, dst, ldd);
+  if (split) {
+    cpu::ConvertRowsToBf16(src + rotated, lds, rows, head_dim - rotated, dst + rotated, ldd);
   }
 }
 
@@ -456,44 +474,70 @@ void CpuForwardKernels::Rope(float* x, int64_t ld, int64_t rows, int64_t heads, 
   ApplyRope(x, ld, rows, heads, head_dim, rotary_dim, theta, pos0);
 }
 
-void CpuForwardKernels::GdnConvInputs(const GdnInputArgs& a) {
-  const int64_t nk = a.key_heads, nv = a.value_heads, dk = a.dk, vw = nv * a.dv;
-  const int64_t ch = 2 * nk * dk + vw;
-  const linear::ConvShape conv{a.rows, static_cast<int32_t>(ch), a.conv_kernel};
-  if (a.rows <= 0) return;
-  const std::vector<float> taps = linear::ConvTaps(a.conv_weight, conv.channels, conv.kernel);
+void CpuForwardKernels::GdnConvInputs(const GdnInputArgs& args) {
+  const GdnInputBlock block{.args = args};
+  GdnConvInputsBlocks({&block, 1});
+}
+
+void CpuForwardKernels::GdnConvInputsBlocks(std::span<const GdnInputBlock> blocks) {
+  if (blocks.empty()) return;
+  const GdnInputArgs& first = blocks.front().args;
+  const int64_t ch = first.conv_channels();
+  const int32_t kernel = first.conv_kernel;
+  const int64_t tail = int64_t{kernel - 1} * ch;
+  const std::vector<float> taps =
+      linear::ConvTaps(first.conv_weight, static_cast<int32_t>(ch), kernel);
   // Rows in tiles of kTileRows: the conv's output for a tile (64 KiB for C = 1,024) stays in
   // L1/L2 while q, k and v are taken out of it, instead of going to memory and back (at 16k
   // tokens a [T, C] f32 tensor is 64 MiB, and these loops are bound by memory bandwidth).
   constexpr int64_t kTileRows = 16;
-  cpu::ParallelFor(a.rows, kTileRows, [&](int64_t t0, int64_t t1) {
+  // The conv state each block starts from, then its tiles: the states depend only on the
+  // inputs (a block's start, or the previous one's advanced past its rows), so they are known
+  // before any row's conv, and every block's tiles can run side by side.
+  ScratchSet& sc = scratch_;
+  sc.conv_starts.resize(static_cast<size_t>(tail) * blocks.size());
+  sc.row_tiles.clear();
+  float* const running = first.conv_state;
+  for (size_t bi = 0; bi < blocks.size(); ++bi) {
+    const GdnInputArgs& a = blocks[bi].args;
+    if (blocks[bi].start != nullptr) std::copy_n(blocks[bi].start, tail, running);
+    std::copy_n(running, tail, sc.conv_starts.data() + bi * tail);
+    linear::AdvanceConvState({a.rows, static_cast<int32_t>(ch), kernel}, a.x, a.ldx, running);
+    for (int64_t s0 = 0; s0 < a.rows; s0 += kTileRows) {
+      sc.row_tiles.push_back({.block = bi, .r0 = s0, .r1 = std::min(a.rows, s0 + kTileRows)});
+    }
+  }
+  cpu::ParallelFor(static_cast<int64_t>(sc.row_tiles.size()), 1, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> tile_kept;
     if (tile_kept.size() < static_cast<size_t>(kTileRows * ch)) {
       tile_kept.resize(static_cast<size_t>(kTileRows * ch));
     }
     float* const tile = tile_kept.data();
-    for (int64_t s0 = t0; s0 < t1; s0 += kTileRows) {
-      const int64_t s1 = std::min(t1, s0 + kTileRows);
-      linear::ConvRows(conv, a.x, a.ldx, taps.data(), nullptr, a.conv_state, s0, s1, tile, ch,
+    for (int64_t i = i0; i < i1; ++i) {
+      const ScratchSet::RowTile& rt = sc.row_tiles[static_cast<size_t>(i)];
+      const GdnInputArgs& a = blocks[rt.block].args;
+      const int64_t nk = a.key_heads, nv = a.value_heads, dk = a.dk, vw = nv * a.dv;
+      const linear::ConvShape conv{a.rows, static_cast<int32_t>(ch), kernel};
+      linear::ConvRows(conv, a.x, a.ldx, taps.data(), nullptr,
+                       sc.conv_starts.data() + rt.block * tail, rt.r0, rt.r1, tile, ch,
                        /*apply_silu=*/true);
-      for (int64_t r = s0; r < s1; ++r) {
-        const float* m = tile + (r - s0) * ch;
-        for (int64_t i = 0; i < nk; ++i) {
-          L2NormRow(m + i * dk, a.q + (r * nk + i) * dk, dk, a.q_scale);
+      for (int64_t r = rt.r0; r < rt.r1; ++r) {
+        const float* m = tile + (r - rt.r0) * ch;
+        for (int64_t h = 0; h < nk; ++h) {
+          L2NormRow(m + h * dk, a.q + (r * nk + h) * dk, dk, a.q_scale);
         }
-        for (int64_t i = 0; i < nk; ++i) {
-          L2NormRow(m + (nk + i) * dk, a.k + (r * nk + i) * dk, dk, 1.0f);
+        for (int64_t h = 0; h < nk; ++h) {
+          L2NormRow(m + (nk + h) * dk, a.k + (r * nk + h) * dk, dk, 1.0f);
         }
         std::memcpy(a.v + r * vw, m + 2 * nk * dk, static_cast<size_t>(vw) * sizeof(float));
         const float* ba = a.ba + r * a.ld_ba;
-        for (int64_t hh = 0; hh < nv; ++hh) {
-          a.beta[r * nv + hh] = Sigmoid(ba[hh]);
-          a.gate[r * nv + hh] = GdnLogDecay(a.a_log[hh], ba[nv + hh], a.dt_bias[hh]);
+        for (int64_t h = 0; h < nv; ++h) {
+          a.beta[r * nv + h] = Sigmoid(ba[h]);
+          a.gate[r * nv + h] = GdnLogDecay(a.a_log[h], ba[nv + h], a.dt_bias[h]);
         }
       }
     }
   });
-  linear::AdvanceConvState(conv, a.x, a.ldx, a.conv_state);
 }
 
 void CpuForwardKernels::LinearForward(linear::Variant variant, const linear::Shape& shape,

@@ -97,6 +97,7 @@ class CpuForwardKernels final : public ForwardKernels {
   void Rope(float* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim, int64_t rotary_dim,
             double theta, int64_t pos0) override;
   void GdnConvInputs(const GdnInputArgs& args) override;
+  void GdnConvInputsBlocks(std::span<const GdnInputBlock> blocks) override;
   void LinearForward(linear::Variant variant, const linear::Shape& shape, const linear::Inputs& in,
                      const float* initial, const linear::Outputs& out) override;
   void JumpState(const linear::Shape& shape, const float* transition, const float* zero_state,
@@ -166,7 +167,14 @@ class CpuForwardKernels final : public ForwardKernels {
     std::vector<std::vector<int64_t>> expert_rows;  // MoeExperts' routing, per expert
     std::vector<std::vector<float>> expert_weights;
     std::vector<uint32_t> kv_pack;  // bf16 attention's packed K and V
-    std::vector<float> kv_gather;   // fp32 attention's K and V gathered from spans
+    // GdnConvInputsBlocks: the conv state each block starts from, and the blocks' row tiles.
+    std::vector<float> conv_starts;
+    struct RowTile {
+      size_t block = 0;
+      int64_t r0 = 0, r1 = 0;
+    };
+    std::vector<RowTile> row_tiles;
+    std::vector<float> kv_gather;  // fp32 attention's K and V gathered from spans
   };
   static ScratchSet& ThreadScratch();
   ScratchSet scratch_;

@@ -255,10 +255,20 @@ Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, const u
   float* conv = k.Mirror(ls.conv.data(), conv_floats, /*read=*/true);
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
 
-  // The state's steps (live blocks and jumps) gather here and run in one LinearSteps call;
-  // the conv state, which no step reads, advances block by block as the inputs are built.
+  // The live blocks' inputs gather here and are made in one GdnConvInputsBlocks call, which
+  // leaves the conv state past them; the state's steps (live blocks and jumps) gather too and
+  // run in one LinearSteps call once their inputs are made. `conv_start`: the conv tail of the
+  // last cached block since the last live one.
+  gdn_inputs_.clear();
   linear_steps_.clear();
+  const float* conv_start = nullptr;
+  auto make_inputs = [&] {
+    if (gdn_inputs_.empty()) return;
+    k.GdnConvInputsBlocks(gdn_inputs_);
+    gdn_inputs_.clear();
+  };
   auto run_steps = [&] {
+    make_inputs();
     if (linear_steps_.empty()) return;
     k.LinearSteps(linear::Variant::kGdn, GdnShape(c, 0), linear_steps_, state);
     linear_steps_.clear();
@@ -276,34 +286,37 @@ Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, const u
           mode_ == ComposeMode::kNaive ? nullptr : EntryInput(*t, nv * dk * dk);
       linear_steps_.push_back(
           {.tokens = 0, .in = {}, .o = nullptr, .transition = transition, .zero_state = zero});
-      k.Copy2D(conv, conv_floats, EntryInput(*tail, conv_floats), conv_floats, 1, conv_floats);
+      conv_start = EntryInput(*tail, conv_floats);
       continue;
     }
     const int64_t r0 = b.row0, n = b.n;
     // The conv reads the projection's q | k | v columns in place; q, k: L2-normalised per head
     // (eps 1e-6 inside the root), q scaled by 1/sqrt(dk).
-    k.GdnConvInputs({.rows = n,
-                     .key_heads = nk,
-                     .value_heads = nv,
-                     .dk = dk,
-                     .dv = dv,
-                     .q_scale = q_scale,
-                     .x = proj + r0 * cin,
-                     .ldx = cin,
-                     .conv_weight = Weight(g.conv),
-                     .conv_kernel = static_cast<int32_t>(c.conv_kernel),
-                     .conv_state = conv,
-                     .ba = proj + r0 * cin + ch + vw,
-                     .ld_ba = cin,
-                     .a_log = Weight(g.a_log),
-                     .dt_bias = Weight(g.dt_bias),
-                     .q = q + r0 * nk * dk,
-                     .k = kk + r0 * nk * dk,
-                     .v = v + r0 * vw,
-                     .gate = gate + r0 * nv,
-                     .beta = beta + r0 * nv});
+    gdn_inputs_.push_back({.args = {.rows = n,
+                                    .key_heads = nk,
+                                    .value_heads = nv,
+                                    .dk = dk,
+                                    .dv = dv,
+                                    .q_scale = q_scale,
+                                    .x = proj + r0 * cin,
+                                    .ldx = cin,
+                                    .conv_weight = Weight(g.conv),
+                                    .conv_kernel = static_cast<int32_t>(c.conv_kernel),
+                                    .conv_state = conv,
+                                    .ba = proj + r0 * cin + ch + vw,
+                                    .ld_ba = cin,
+                                    .a_log = Weight(g.a_log),
+                                    .dt_bias = Weight(g.dt_bias),
+                                    .q = q + r0 * nk * dk,
+                                    .k = kk + r0 * nk * dk,
+                                    .v = v + r0 * vw,
+                                    .gate = gate + r0 * nv,
+                                    .beta = beta + r0 * nv},
+                           .start = conv_start});
+    conv_start = nullptr;
     const CaptureTensors* ct = capturing ? &capture_[static_cast<size_t>(li)] : nullptr;
     if (ct != nullptr) {
+      make_inputs();  // the conv state past the captured block
       k.Copy2D(k.Mirror(ct->conv, conv_floats, /*read=*/false), conv_floats, conv, conv_floats, 1,
                conv_floats);
     }
@@ -341,6 +354,7 @@ Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, const u
          .transition = k.Mirror(ct->t, nv * dk * dk, /*read=*/false)});
   }
   run_steps();
+  if (conv_start != nullptr) k.Copy2D(conv, conv_floats, conv_start, conv_floats, 1, conv_floats);
   if (out_rows.n == 0) return {state, conv};
 
   // Plain gated RMSNorm per value head: w * x / rms(x) * silu(z).

@@ -173,6 +173,7 @@ class Model::Pass {
   std::vector<UninitializedVector<float>> widened_;  // every element written before read
   size_t widened_used_ = 0;
 
+  std::vector<GdnInputBlock> gdn_inputs_;        // a GDN layer's live blocks (GdnLayer)
   std::vector<LinearStep> linear_steps_;         // a GDN layer's steps (GdnLayer)
   std::vector<KvSpan> kv_spans_;                 // an attention layer's K/V in place
   std::vector<ExpertWeights> experts_;           // an MoE layer's expert weights (MlpLayer)

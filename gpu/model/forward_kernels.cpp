@@ -40,6 +40,17 @@ void ForwardKernels::SwiGluMlp(DeviceWeight gate_up, DeviceWeight down, int64_t 
   Gemm(rows, hidden, im, gu, 2 * im, down, im, out, hidden);
 }
 
+void ForwardKernels::GdnConvInputsBlocks(std::span<const GdnInputBlock> blocks) {
+  for (const GdnInputBlock& b : blocks) {
+    const GdnInputArgs& a = b.args;
+    if (b.start != nullptr) {
+      const int64_t tail = int64_t{a.conv_kernel - 1} * a.conv_channels();
+      Copy2D(a.conv_state, tail, b.start, tail, 1, tail);
+    }
+    GdnConvInputs(a);
+  }
+}
+
 void ForwardKernels::LinearSteps(linear::Variant variant, const linear::Shape& shape,
                                  std::span<const LinearStep> steps, float* state) {
   for (const LinearStep& step : steps) {

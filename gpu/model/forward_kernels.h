@@ -78,10 +78,6 @@ struct KvRope {
   double theta = 0;
 };
 
-// GDN's input step over rows [0, rows): the short causal conv with SiLU (linear/short_conv.h)
-// of the first C = 2*H*dk + HV*dv columns of the projection, read in place, then from its
-// output q and k (L2-normalised per head, q scaled) and v, and from b and a beta and the log
-// decay.
 // One step of a linear-attention layer's recurrence over a pass's blocks (LinearSteps): a
 // live block of `tokens` > 0 rows (its inputs; o written, [tokens, HV, dv] at row stride
 // HV * dv), or, with `tokens` == 0, the jump over a cached segment (JumpState's transition
@@ -94,6 +90,10 @@ struct LinearStep {
   const float* zero_state = nullptr;
 };
 
+// GDN's input step over rows [0, rows): the short causal conv with SiLU (linear/short_conv.h)
+// of the first C = 2*H*dk + HV*dv columns of the projection, read in place, then from its
+// output q and k (L2-normalised per head, q scaled) and v, and from b and a beta and the log
+// decay.
 struct GdnInputArgs {
   int64_t rows = 0;
   int64_t key_heads = 0, value_heads = 0, dk = 0, dv = 0;
@@ -112,6 +112,16 @@ struct GdnInputArgs {
   float* v = nullptr;              // [rows, HV*dv]
   float* gate = nullptr;           // [rows, HV], log decay
   float* beta = nullptr;           // [rows, HV], sigmoid(b)
+
+  int64_t conv_channels() const { return 2 * key_heads * dk + value_heads * dv; }  // C
+};
+
+// One live block of a GDN layer's pass for GdnConvInputsBlocks: its rows' GdnInputArgs, whose
+// conv_state is the layer's running one, and the conv state the block starts from where that
+// is not where the previous block left it (the tail of the cached entry between them).
+struct GdnInputBlock {
+  GdnInputArgs args;
+  const float* start = nullptr;  // [K-1, C], or nullptr
 };
 
 // One routed expert's GEMM weights on the backend.
@@ -205,6 +215,11 @@ class ForwardKernels {
   // GdnInputArgs's step: the conv and the recurrence's inputs in one pass over the rows (on the
   // CPU the conv's output never leaves the cache).
   virtual void GdnConvInputs(const GdnInputArgs& args) = 0;
+  // GdnConvInputs over a pass's live blocks in order, all sharing one conv_state (each block
+  // starting from its `start` where set): conv_state ends past the last block. The default
+  // runs them one by one; the CPU runs every block's rows in one parallel region (a compose's
+  // GDN layer has a seam of a few rows after every cached segment: 17 blocks at 16 segments).
+  virtual void GdnConvInputsBlocks(std::span<const GdnInputBlock> blocks);
   // linear::ChunkedForward's contract (final_state may alias initial_state).
   virtual void LinearForward(linear::Variant variant, const linear::Shape& shape,
                              const linear::Inputs& in, const float* initial,

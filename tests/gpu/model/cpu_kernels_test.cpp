@@ -2,7 +2,8 @@
 // (few rows per expert: experts side by side; many: one after another with the whole budget),
 // fp32 and bf16 weights, at a 2-thread budget; AddRmsNorm against Add and RmsNorm; the tiled
 // SwiGluMlp against the default's whole-rows Gemm, SwiGlu, Gemm and at 1 and 2 threads;
-// RopeRows against ApplyRope on a copy.
+// RopeRows against ApplyRope on a copy and against the rotation written out per pair;
+// GdnConvInputsBlocks against the default's GdnConvInputs block by block.
 #include "gpu/model/cpu_kernels.h"
 
 #include <doctest/doctest.h>
@@ -259,6 +260,149 @@ TEST_CASE("RopeRows leaves in dst the bits ApplyRope leaves in a copy of src") {
       CHECK(got == want);  // the padding between rows untouched in both
       if (rotary_dim > 0) CHECK(got[5 * ldd + 1] != src[5 * lds + 1]);  // a rotated dim moved
     }
+  }
+}
+
+TEST_CASE("RoPE's rotation has the same bits in every lane: a c - (b s) and b c + (a s), fused") {
+  // half = 28: a 16-lane vector, an 8-lane one and 4 scalar pairs on an AVX-512 build.
+  constexpr int64_t hd = 64, rotary_dim = 56, half = rotary_dim / 2, rows = 40;
+  constexpr double theta = 1e4;
+  testing::SeededRng rng(29);
+  const auto src = rng.NormalVector(static_cast<size_t>(rows * hd));
+  std::vector<float> got(src.size());
+  RopeRows(src.data(), hd, got.data(), hd, rows, 1, hd, rotary_dim, theta, 100);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < half; ++i) {
+      CAPTURE(r);
+      CAPTURE(i);
+      float c = 0, s = 0;
+      RopeCosSin(100 + r, RopeInvFreq(theta, i, rotary_dim), &c, &s);
+      const float a = src[static_cast<size_t>(r * hd + i)];
+      const float b = src[static_cast<size_t>(r * hd + half + i)];
+      CHECK(got[static_cast<size_t>(r * hd + i)] == std::fma(a, c, -(b * s)));
+      CHECK(got[static_cast<size_t>(r * hd + half + i)] == std::fma(b, c, a * s));
+    }
+    for (int64_t d = rotary_dim; d < hd; ++d) {
+      CHECK(got[static_cast<size_t>(r * hd + d)] == src[static_cast<size_t>(r * hd + d)]);
+    }
+  }
+}
+
+TEST_CASE("GdnConvInputsBlocks gives the bits of GdnConvInputs block by block") {
+  // Blocks as a compose lays them out: seams of a few rows, each after a cached entry whose
+  // conv tail it starts from, and a longer suffix; one block continues its predecessor's
+  // conv state (start == nullptr), as a live segment after a live block would.
+  constexpr int64_t nk = 2, nv = 4, dk = 16, dv = 8, kernel = 4;
+  constexpr int64_t ch = 2 * nk * dk + nv * dv, vw = nv * dv, cin = ch + vw + 2 * nv;
+  constexpr int64_t tail = (kernel - 1) * ch;
+  const std::vector<int64_t> block_rows = {8, 8, 3, 8, 37};
+  const std::vector<bool> starts_fresh = {false, true, false, true, true};
+  int64_t rows = 0;
+  for (int64_t n : block_rows) rows += n;
+  testing::SeededRng rng(31);
+  const auto proj = rng.NormalVector(static_cast<size_t>(rows * cin));
+  const auto conv_weight = rng.NormalVector(static_cast<size_t>(ch * kernel), 0.5f);
+  const auto a_log = rng.NormalVector(static_cast<size_t>(nv), 0.5f);
+  const auto dt_bias = rng.NormalVector(static_cast<size_t>(nv), 0.5f);
+  const auto conv0 = rng.NormalVector(static_cast<size_t>(tail));
+  std::vector<std::vector<float>> entry_tails;
+  for (size_t i = 0; i < block_rows.size(); ++i) {
+    entry_tails.push_back(rng.NormalVector(static_cast<size_t>(tail)));
+  }
+
+  struct Outputs {
+    std::vector<float> q, k, v, gate, beta, conv;
+  };
+  auto run = [&](bool batched, int threads) {
+    cpu::ScopedComputeThreads budget(threads);
+    CpuForwardKernels kernels;
+    Outputs out{std::vector<float>(static_cast<size_t>(rows * nk * dk), -1.0f),
+                std::vector<float>(static_cast<size_t>(rows * nk * dk), -1.0f),
+                std::vector<float>(static_cast<size_t>(rows * vw), -1.0f),
+                std::vector<float>(static_cast<size_t>(rows * nv), -1.0f),
+                std::vector<float>(static_cast<size_t>(rows * nv), -1.0f),
+                conv0};
+    std::vector<GdnInputBlock> blocks;
+    int64_t r0 = 0;
+    for (size_t i = 0; i < block_rows.size(); ++i) {
+      blocks.push_back({.args = {.rows = block_rows[i],
+                                 .key_heads = nk,
+                                 .value_heads = nv,
+                                 .dk = dk,
+                                 .dv = dv,
+                                 .q_scale = 0.25f,
+                                 .x = proj.data() + r0 * cin,
+                                 .ldx = cin,
+                                 .conv_weight = conv_weight.data(),
+                                 .conv_kernel = kernel,
+                                 .conv_state = out.conv.data(),
+                                 .ba = proj.data() + r0 * cin + ch + vw,
+                                 .ld_ba = cin,
+                                 .a_log = a_log.data(),
+                                 .dt_bias = dt_bias.data(),
+                                 .q = out.q.data() + r0 * nk * dk,
+                                 .k = out.k.data() + r0 * nk * dk,
+                                 .v = out.v.data() + r0 * vw,
+                                 .gate = out.gate.data() + r0 * nv,
+                                 .beta = out.beta.data() + r0 * nv},
+                        .start = starts_fresh[i] ? entry_tails[i].data() : nullptr});
+      r0 += block_rows[i];
+    }
+    if (batched) {
+      kernels.GdnConvInputsBlocks(blocks);
+    } else {
+      kernels.ForwardKernels::GdnConvInputsBlocks(blocks);  // GdnConvInputs one by one
+    }
+    REQUIRE(kernels.status().ok());
+    return out;
+  };
+  const Outputs want = run(false, 1);
+  CHECK(want.conv != conv0);
+  CHECK(std::none_of(want.q.begin(), want.q.end(), [](float x) { return x == -1.0f; }));
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    const Outputs got = run(true, threads);
+    CHECK(got.q == want.q);
+    CHECK(got.k == want.k);
+    CHECK(got.v == want.v);
+    CHECK(got.gate == want.gate);
+    CHECK(got.beta == want.beta);
+    CHECK(got.conv == want.conv);
+  }
+  // The blocks' own conv states matter: the same rows as one block agree on the first block
+  // and differ on the second's first K-1 rows, whose left context is an entry's tail there.
+  const Outputs whole = [&] {
+    cpu::ScopedComputeThreads budget(1);
+    CpuForwardKernels kernels;
+    Outputs out = want;
+    out.conv = conv0;
+    kernels.GdnConvInputs({.rows = rows,
+                           .key_heads = nk,
+                           .value_heads = nv,
+                           .dk = dk,
+                           .dv = dv,
+                           .q_scale = 0.25f,
+                           .x = proj.data(),
+                           .ldx = cin,
+                           .conv_weight = conv_weight.data(),
+                           .conv_kernel = kernel,
+                           .conv_state = out.conv.data(),
+                           .ba = proj.data() + ch + vw,
+                           .ld_ba = cin,
+                           .a_log = a_log.data(),
+                           .dt_bias = dt_bias.data(),
+                           .q = out.q.data(),
+                           .k = out.k.data(),
+                           .v = out.v.data(),
+                           .gate = out.gate.data(),
+                           .beta = out.beta.data()});
+    return out;
+  }();
+  CHECK(std::equal(whole.v.begin(), whole.v.begin() + 8 * vw, want.v.begin()));
+  for (int64_t r = 8; r < 8 + kernel - 1; ++r) {
+    CAPTURE(r);
+    CHECK_FALSE(std::equal(whole.v.begin() + r * vw, whole.v.begin() + (r + 1) * vw,
+                           want.v.begin() + r * vw));
   }
 }
 
