@@ -696,7 +696,7 @@ void CpuForwardKernels::MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t
   cpu::ParallelFor(tiles, 1, [&](int64_t first, int64_t last) {
     const int64_t j0 = first * tile_rows, j1 = std::min(n, last * tile_rows);
     // The running thread's tile buffers, kept between calls.
-    thread_local std::vector<float> xs, gu;
+    thread_local std::vector<float> xs, gu, ys;
     thread_local std::vector<uint16_t> xs16, h16, rounding;
     const auto fit = [](auto& v, int64_t size) {
       if (v.size() < static_cast<size_t>(size)) v.resize(static_cast<size_t>(size));
@@ -704,43 +704,50 @@ void CpuForwardKernels::MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t
     fit(gu, kMaxTileRows * 2 * im);
     for (int64_t t0 = j0; t0 < j1; t0 += tile_rows) {
       const int64_t t = std::min(tile_rows, j1 - t0);
+      // The products run on `tp` rows, t rounded up to whole groups of 16, the extra ones zero
+      // in the tile's own buffers: a call with a partial group would run on padded copies of
+      // its A and C rows (gemm.h's row split), which cost a compose's experts (~40 rows each)
+      // more than the gathers do. A row's bits are the same either way.
+      const int64_t tp = (t + 15) / 16 * 16;
       // The tile's rows of x, or of its bf16 rounding (half the bytes, no rounding pass): in
-      // place when the rows are x's own, else gathered.
+      // place when they are x's own and whole groups, else gathered.
+      const auto gather = [&](auto* src, auto& dst) {
+        fit(dst, kMaxTileRows * hidden);
+        for (int64_t j = 0; j < t; ++j) {
+          const int64_t row = index.empty() ? t0 + j : index[static_cast<size_t>(t0 + j)];
+          std::copy_n(src + row * hidden, hidden, dst.data() + j * hidden);
+        }
+        std::fill(dst.begin() + t * hidden, dst.begin() + tp * hidden, 0);
+        return dst.data();
+      };
+      const bool in_place = index.empty() && tp == t;
       const float* xf = nullptr;
       const uint16_t* xb = nullptr;
-      if (gather16 && index.empty()) {
-        xb = x16 + t0 * hidden;
-      } else if (gather16) {
-        fit(xs16, kMaxTileRows * hidden);
-        for (int64_t j = 0; j < t; ++j) {
-          std::memcpy(xs16.data() + j * hidden, x16 + index[static_cast<size_t>(t0 + j)] * hidden,
-                      static_cast<size_t>(hidden) * sizeof(uint16_t));
-        }
-        xb = xs16.data();
-      } else if (index.empty()) {
-        xf = x + t0 * hidden;
+      if (gather16) {
+        xb = in_place ? x16 + t0 * hidden : gather(x16, xs16);
       } else {
-        fit(xs, kMaxTileRows * hidden);
-        for (int64_t j = 0; j < t; ++j) {
-          std::memcpy(xs.data() + j * hidden, x + index[static_cast<size_t>(t0 + j)] * hidden,
-                      static_cast<size_t>(hidden) * sizeof(float));
-        }
-        xf = xs.data();
+        xf = in_place ? x + t0 * hidden : gather(x, xs);
       }
-      LinearGemm(t, 2 * im, hidden, xf, hidden, xb, gate_up, hidden, gu.data(), 2 * im, false,
+      LinearGemm(tp, 2 * im, hidden, xf, hidden, xb, gate_up, hidden, gu.data(), 2 * im, false,
                  &rounding);
       float* const yt = y + t0 * hidden;
-      if (!hidden16) {
-        for (int64_t r = 0; r < t; ++r) SwiGluRow(gu.data() + r * 2 * im, im);
-        LinearGemm(t, hidden, im, gu.data(), 2 * im, nullptr, down, im, yt, hidden, false,
-                   &rounding);
-        continue;
+      float* out = yt;  // the down product's rows: y's own, or a tile of tp rows copied back
+      if (tp != t) {
+        fit(ys, kMaxTileRows * hidden);
+        out = ys.data();
       }
-      // The activation rounded to bf16 as down's product would round it, row by row in L1.
-      fit(h16, kMaxTileRows * im);
-      for (int64_t r = 0; r < t; ++r)
-        SwiGluRowToBf16(gu.data() + r * 2 * im, im, h16.data() + r * im);
-      LinearGemm(t, hidden, im, nullptr, 0, h16.data(), down, im, yt, hidden, false, &rounding);
+      if (!hidden16) {
+        for (int64_t r = 0; r < tp; ++r) SwiGluRow(gu.data() + r * 2 * im, im);
+        LinearGemm(tp, hidden, im, gu.data(), 2 * im, nullptr, down, im, out, hidden, false,
+                   &rounding);
+      } else {
+        // The activation rounded to bf16 as down's product would round it, row by row in L1.
+        fit(h16, kMaxTileRows * im);
+        for (int64_t r = 0; r < tp; ++r)
+          SwiGluRowToBf16(gu.data() + r * 2 * im, im, h16.data() + r * im);
+        LinearGemm(tp, hidden, im, nullptr, 0, h16.data(), down, im, out, hidden, false, &rounding);
+      }
+      if (out != yt) std::copy_n(out, t * hidden, yt);
     }
   });
 }
