@@ -576,6 +576,21 @@ void CpuForwardKernels::LinearSteps(linear::Variant variant, const linear::Shape
   Status failed;
   cpu::ParallelFor(heads, (heads + threads - 1) / threads, [&](int64_t h0, int64_t h1) {
     const auto a = static_cast<int>(h0), b = static_cast<int>(h1);
+    // A jump's zero state, fp32: its own, or this thread's heads of a narrow one widened into
+    // `widened` at their own offsets (exactly: the bits a widened copy of the entry gives).
+    thread_local std::vector<float> widened;
+    const auto zero_state = [&](const LinearStep& step) {
+      if (step.zero_dtype == DType::kF32) return static_cast<const float*>(step.zero_state);
+      if (widened.size() < static_cast<size_t>(heads * head_floats)) {
+        widened.resize(static_cast<size_t>(heads * head_floats));
+      }
+      const auto elem = static_cast<int64_t>(DTypeSize(step.zero_dtype));
+      ConvertElements(step.zero_dtype,
+                      static_cast<const std::byte*>(step.zero_state) + h0 * head_floats * elem,
+                      DType::kF32, widened.data() + h0 * head_floats,
+                      static_cast<size_t>((h1 - h0) * head_floats));
+      return static_cast<const float*>(widened.data());
+    };
     for (const LinearStep& step : steps) {
       linear::Shape s = shape;
       s.tokens = step.tokens;
@@ -589,11 +604,10 @@ void CpuForwardKernels::LinearSteps(linear::Variant variant, const linear::Shape
         }
       } else if (step.transition != nullptr) {
         linear::ApplyTransitionHeads(linear::TransitionForm::kDense, s, step.transition,
-                                     step.zero_state, state, a, b);
+                                     zero_state(step), state, a, b);
       } else {
-        for (int64_t i = h0 * head_floats; i < h1 * head_floats; ++i) {
-          state[i] += step.zero_state[i];
-        }
+        const float* zero = zero_state(step);
+        for (int64_t i = h0 * head_floats; i < h1 * head_floats; ++i) state[i] += zero[i];
       }
     }
   });

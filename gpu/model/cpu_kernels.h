@@ -104,6 +104,7 @@ class CpuForwardKernels final : public ForwardKernels {
                  float* state) override;
   void LinearSteps(linear::Variant variant, const linear::Shape& shape,
                    std::span<const LinearStep> steps, float* state) override;
+  bool ReadsNarrowZeroStates() const override { return true; }
   void Attention(const AttentionShape& shape, const float* q, const float* k, const float* v,
                  float* out, std::span<const int64_t> positions) override;
   bool AttendsKvSpans() const override { return true; }

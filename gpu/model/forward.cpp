@@ -281,11 +281,18 @@ Model::Pass::LayerOut Model::Pass::GdnLayer(int64_t li, const float* xn, const u
       const auto* t = b.entry->Find(layer, TensorKind::kTransition);
       const auto* s = b.entry->Find(layer, TensorKind::kState);
       const auto* tail = b.entry->Find(layer, TensorKind::kConvTail);
-      const float* zero = EntryInput(*s, state_floats);
       const float* transition =
           mode_ == ComposeMode::kNaive ? nullptr : EntryInput(*t, nv * dk * dk);
-      linear_steps_.push_back(
-          {.tokens = 0, .in = {}, .o = nullptr, .transition = transition, .zero_state = zero});
+      // S(C|0) as the entry stores it where the steps widen it themselves (a head at a time,
+      // in cache), else widened here.
+      const bool narrow = k.ReadsNarrowZeroStates() && s->view.dtype() != DType::kF32 &&
+                          s->view.memory() == MemoryKind::kHost;
+      linear_steps_.push_back({.tokens = 0,
+                               .in = {},
+                               .o = nullptr,
+                               .transition = transition,
+                               .zero_state = narrow ? s->view.data() : EntryInput(*s, state_floats),
+                               .zero_dtype = narrow ? s->view.dtype() : DType::kF32});
       conv_start = EntryInput(*tail, conv_floats);
       continue;
     }

@@ -1,5 +1,6 @@
 #include "gpu/model/forward_kernels.h"
 
+#include <cassert>
 #include <cstdio>
 #include <cstdlib>
 
@@ -59,7 +60,8 @@ void ForwardKernels::LinearSteps(linear::Variant variant, const linear::Shape& s
     if (step.tokens > 0) {
       LinearForward(variant, s, step.in, state, {.o = step.o, .final_state = state});
     } else {
-      JumpState(s, step.transition, step.zero_state, state);
+      assert(step.zero_dtype == DType::kF32);  // narrow only where ReadsNarrowZeroStates()
+      JumpState(s, step.transition, static_cast<const float*>(step.zero_state), state);
     }
   }
 }

@@ -81,13 +81,16 @@ struct KvRope {
 // One step of a linear-attention layer's recurrence over a pass's blocks (LinearSteps): a
 // live block of `tokens` > 0 rows (its inputs; o written, [tokens, HV, dv] at row stride
 // HV * dv), or, with `tokens` == 0, the jump over a cached segment (JumpState's transition
-// and zero_state).
+// and zero_state). zero_state is fp32, or, where the backend ReadsNarrowZeroStates(), a host
+// entry's bf16 or f16 S(C|0) as it is stored (zero_dtype), widened a head at a time as the jump
+// reads it instead of in a pass of its own.
 struct LinearStep {
   int64_t tokens = 0;
   linear::Inputs in;
   float* o = nullptr;
   const float* transition = nullptr;
-  const float* zero_state = nullptr;
+  const void* zero_state = nullptr;
+  DType zero_dtype = DType::kF32;
 };
 
 // GDN's input step over rows [0, rows): the short causal conv with SiLU (linear/short_conv.h)
@@ -234,6 +237,8 @@ class ForwardKernels {
   // seam's few live rows with a jump, 2 x 16 short steps per layer at 16 segments).
   virtual void LinearSteps(linear::Variant variant, const linear::Shape& shape,
                            std::span<const LinearStep> steps, float* state);
+  // Whether LinearSteps takes a jump's zero_state in a host entry's bf16 or f16 (LinearStep).
+  virtual bool ReadsNarrowZeroStates() const { return false; }
   // Causal softmax attention of one query row per entry of `positions` (non-decreasing): row r
   // attends the keys/values at positions [0, positions[r]]. q/out [rows, heads, hd]; k/v
   // [positions, kv_heads, hd]. A pass's live rows go in one call, whatever cached blocks lie
