@@ -3,7 +3,8 @@
 // fp32 and bf16 weights, at a 2-thread budget; AddRmsNorm against Add and RmsNorm; the tiled
 // SwiGluMlp against the default's whole-rows Gemm, SwiGlu, Gemm and at 1 and 2 threads;
 // RopeRows against ApplyRope on a copy and against the rotation written out per pair;
-// GdnConvInputsBlocks against the default's GdnConvInputs block by block.
+// GdnConvInputsBlocks against the default's GdnConvInputs block by block; LinearSteps against
+// the default's steps one by one.
 #include "gpu/model/cpu_kernels.h"
 
 #include <doctest/doctest.h>
@@ -403,6 +404,84 @@ TEST_CASE("GdnConvInputsBlocks gives the bits of GdnConvInputs block by block") 
     CAPTURE(r);
     CHECK_FALSE(std::equal(whole.v.begin() + r * vw, whole.v.begin() + (r + 1) * vw,
                            want.v.begin() + r * vw));
+  }
+}
+
+TEST_CASE("LinearSteps gives the bits of its steps one by one: jumps back to back, a naive add") {
+  // A compose's steps (live seams between jumps) and the rarer orders: two jumps in a row
+  // (seam 0), a naive add, a narrow (bf16) S(C|0), and a last step that is a jump.
+  constexpr int32_t nk = 2, nv = 4, dk = 16, dv = 16;
+  constexpr int64_t state_floats = int64_t{nv} * dk * dv;
+  const linear::Shape shape{.tokens = 0, .key_heads = nk, .value_heads = nv, .dk = dk, .dv = dv};
+  testing::SeededRng rng(37);
+  const std::vector<int64_t> live_rows = {5, 9, 70};
+  std::vector<std::vector<float>> q, k, v, g, beta;
+  for (int64_t n : live_rows) {
+    q.push_back(rng.NormalVector(static_cast<size_t>(n * nk * dk), 0.25f));
+    k.push_back(rng.NormalVector(static_cast<size_t>(n * nk * dk), 0.25f));
+    v.push_back(rng.NormalVector(static_cast<size_t>(n * nv * dv)));
+    std::vector<float> gi(static_cast<size_t>(n * nv)), bi(gi.size());
+    for (size_t i = 0; i < gi.size(); ++i) {
+      gi[i] = -0.05f - 0.1f * std::abs(rng.Normal());
+      bi[i] = 0.5f + 0.4f * std::tanh(rng.Normal());
+    }
+    g.push_back(gi);
+    beta.push_back(bi);
+  }
+  std::vector<std::vector<float>> transitions, zeros;
+  for (int i = 0; i < 4; ++i) {
+    transitions.push_back(rng.NormalVector(static_cast<size_t>(int64_t{nv} * dk * dk), 0.2f));
+    zeros.push_back(rng.NormalVector(static_cast<size_t>(state_floats)));
+  }
+  std::vector<uint16_t> zero16(static_cast<size_t>(state_floats));
+  ConvertElements(DType::kF32, zeros[3].data(), DType::kBF16, zero16.data(), zero16.size());
+  std::vector<float> zero16_wide(zero16.size());
+  ConvertElements(DType::kBF16, zero16.data(), DType::kF32, zero16_wide.data(), zero16.size());
+  const auto initial = rng.NormalVector(static_cast<size_t>(state_floats));
+
+  auto run = [&](bool one_region, int threads, std::vector<std::vector<float>>* outs) {
+    cpu::ScopedComputeThreads budget(threads);
+    CpuForwardKernels kernels;
+    outs->clear();
+    for (int64_t n : live_rows) outs->emplace_back(static_cast<size_t>(n * nv * dv), -1.0f);
+    auto live = [&](size_t i) {
+      return LinearStep{.tokens = live_rows[i],
+                        .in = {.q = q[i].data(),
+                               .k = k[i].data(),
+                               .v = v[i].data(),
+                               .g = g[i].data(),
+                               .beta = beta[i].data()},
+                        .o = (*outs)[i].data()};
+    };
+    auto jump = [&](size_t i, bool naive = false) {
+      return LinearStep{.transition = naive ? nullptr : transitions[i].data(),
+                        .zero_state = zeros[i].data()};
+    };
+    // The default cannot take a narrow zero state: it gets the same values widened.
+    const LinearStep narrow = one_region ? LinearStep{.transition = transitions[3].data(),
+                                                      .zero_state = zero16.data(),
+                                                      .zero_dtype = DType::kBF16}
+                                         : LinearStep{.transition = transitions[3].data(),
+                                                      .zero_state = zero16_wide.data()};
+    // Ends on a jump and a naive add after the last live step.
+    const std::vector<LinearStep> steps = {live(0), jump(0), jump(1), live(1),
+                                           jump(1), live(2), narrow,  jump(2, true)};
+    std::vector<float> state = initial;
+    if (one_region) {
+      kernels.LinearSteps(linear::Variant::kGdn, shape, steps, state.data());
+    } else {
+      kernels.ForwardKernels::LinearSteps(linear::Variant::kGdn, shape, steps, state.data());
+    }
+    REQUIRE(kernels.status().ok());
+    return state;
+  };
+  std::vector<std::vector<float>> want_o, got_o;
+  const std::vector<float> want = run(false, 2, &want_o);
+  CHECK(want != initial);
+  for (int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    CHECK(run(true, threads, &got_o) == want);
+    CHECK(got_o == want_o);
   }
 }
 
