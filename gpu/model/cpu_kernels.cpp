@@ -1,7 +1,7 @@
 #include "gpu/model/cpu_kernels.h"
 
 #include <fmt/format.h>
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 #include <sys/mman.h>
@@ -201,27 +201,10 @@ const float* RopeCsRow(const RopeTable& table, double theta, int64_t rotary_dim,
 // `in`) by the (cos, sin) row cs: every rotated value RopeRows and RopeRowsToBf16 make, so a
 // compose's K rotated as the attention packs it keeps the bits of a full prefill's K rotated
 // in its cache. linear::RotatePair's arithmetic with its contraction written out: a' = a c -
-// (b s), b' = b c + (a s), each an fma over the other product rounded. The vector and scalar
-// forms give the same bits, whatever the compiler would contract where it inlines.
+// (b s), b' = b c + (a s), each an fma over the other product rounded: the same bits in every
+// caller, whatever the compiler would contract where it inlines.
 inline void RotateHead(const float* in, float* out, const float* cs, int64_t half) {
-  int64_t i = 0;
-#if defined(__AVX512F__)
-  for (; i + 16 <= half; i += 16) {
-    const __m512 a = _mm512_loadu_ps(in + i), b = _mm512_loadu_ps(in + half + i);
-    const __m512 c = _mm512_loadu_ps(cs + i), s = _mm512_loadu_ps(cs + half + i);
-    _mm512_storeu_ps(out + i, _mm512_fmsub_ps(a, c, _mm512_mul_ps(b, s)));
-    _mm512_storeu_ps(out + half + i, _mm512_fmadd_ps(b, c, _mm512_mul_ps(a, s)));
-  }
-#endif
-#if defined(__AVX2__) && defined(__FMA__)
-  for (; i + 8 <= half; i += 8) {
-    const __m256 a = _mm256_loadu_ps(in + i), b = _mm256_loadu_ps(in + half + i);
-    const __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(cs + half + i);
-    _mm256_storeu_ps(out + i, _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s)));
-    _mm256_storeu_ps(out + half + i, _mm256_fmadd_ps(b, c, _mm256_mul_ps(a, s)));
-  }
-#endif
-  for (; i < half; ++i) {
+  for (int64_t i = 0; i < half; ++i) {  // vectorised: fma is exact, so lanes change no bits
     const float a = in[i], b = in[i + half], c = cs[i], s = cs[half + i];
     out[i] = std::fma(a, c, -(b * s));
     out[i + half] = std::fma(b, c, a * s);
