@@ -454,15 +454,22 @@ TEST_CASE("LinearSteps gives the bits of its steps one by one: jumps back to bac
                         .o = (*outs)[i].data()};
     };
     auto jump = [&](size_t i, bool naive = false) {
-      return LinearStep{.transition = naive ? nullptr : transitions[i].data(),
+      return LinearStep{.tokens = 0,
+                        .in = {},
+                        .o = nullptr,
+                        .transition = naive ? nullptr : transitions[i].data(),
                         .zero_state = zeros[i].data()};
     };
     // The default cannot take a narrow zero state: it gets the same values widened.
-    const LinearStep narrow = one_region ? LinearStep{.transition = transitions[3].data(),
-                                                      .zero_state = zero16.data(),
-                                                      .zero_dtype = DType::kBF16}
-                                         : LinearStep{.transition = transitions[3].data(),
-                                                      .zero_state = zero16_wide.data()};
+    LinearStep narrow{.tokens = 0,
+                      .in = {},
+                      .o = nullptr,
+                      .transition = transitions[3].data(),
+                      .zero_state = zero16_wide.data()};
+    if (one_region) {
+      narrow.zero_state = zero16.data();
+      narrow.zero_dtype = DType::kBF16;
+    }
     // Ends on a jump and a naive add after the last live step.
     const std::vector<LinearStep> steps = {live(0), jump(0), jump(1), live(1),
                                            jump(1), live(2), narrow,  jump(2, true)};
