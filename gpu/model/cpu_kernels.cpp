@@ -483,6 +483,8 @@ void CpuForwardKernels::GdnConvInputsBlocks(std::span<const GdnInputBlock> block
   float* const running = first.conv_state;
   for (size_t bi = 0; bi < blocks.size(); ++bi) {
     const GdnInputArgs& a = blocks[bi].args;
+    assert(a.conv_state == running && a.conv_weight == first.conv_weight &&
+           a.conv_kernel == kernel && a.conv_channels() == ch);  // one layer's blocks
     if (blocks[bi].start != nullptr) std::copy_n(blocks[bi].start, tail, running);
     std::copy_n(running, tail, sc.conv_starts.data() + bi * tail);
     linear::AdvanceConvState({a.rows, static_cast<int32_t>(ch), kernel}, a.x, a.ldx, running);
