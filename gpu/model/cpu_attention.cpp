@@ -382,10 +382,7 @@ void Bf16BlockRows(std::span<const KvSpan> kv, const KvRope& rope, bool key, int
       const auto* rows32 = reinterpret_cast<const float*>(src);
       int64_t ld = ldk;
       if (span.dtype != DType::kF32) {
-        for (int64_t r = 0; r < take; ++r) {
-          ConvertElements(span.dtype, src + r * ldk * elem, DType::kF32, tile + r * hd,
-                          static_cast<size_t>(hd));
-        }
+        WidenRows(span.dtype, src, ldk, tile, hd, take, 1, hd, /*rope=*/nullptr, p);
         rows32 = tile;
         ld = hd;
       }
