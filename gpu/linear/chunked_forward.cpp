@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,21 +46,67 @@ void ChunkGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
   cpu::Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// Subtracts rows [0, r) of X, weighted by A's row r, from columns [j0, j0 + W) of row r. The W
-// accumulators stay in registers (fully unrolled), so the sum over s is not bound by the
-// latency of one FMA chain.
-template <int W>
-void SubtractEarlierRows(const float* a_row, int r, int cols, int j0, float* x) {
-  float acc[W];
-  float* xr = x + int64_t{r} * cols + j0;
-  std::copy(xr, xr + W, acc);
-  for (int s = 0; s < r; ++s) {
-    const float c = a_row[s];
-    const float* xs = x + int64_t{s} * cols + j0;
-#pragma GCC unroll 64
-    for (int j = 0; j < W; ++j) acc[j] -= c * xs[j];
+// Subtracts rows [0, r) of X, weighted by A's row r, from columns [j0, j0 + N lanes of V) of
+// row r, then the same for row r + 1 when `pair`, which also takes row r's result weighted by
+// A[r + 1][r] last: each element's sum in the order of s, as one row at a time makes it. A pair
+// loads each earlier row once for both rows and keeps 2 N vector accumulators in registers, so
+// the sum over s is bound by neither one FMA chain's latency nor the loads. V is a GCC vector
+// (or float for the last columns); `acc -= c * x` is one fused multiply-add where the CPU has it,
+// as the scalar form compiles.
+template <class V, int N, bool pair>
+void SubtractEarlierRows(const float* a, int64_t lda, int r, int cols, int j0, float* x) {
+  constexpr int kLanes = sizeof(V) / sizeof(float);
+  const float* a0 = a + r * lda;
+  const float* a1 = a0 + lda;
+  float* x0 = x + int64_t{r} * cols + j0;
+  float* x1 = x0 + cols;
+  V acc0[N], acc1[N];
+#pragma GCC unroll 4
+  for (int i = 0; i < N; ++i) {
+    std::memcpy(&acc0[i], x0 + i * kLanes, sizeof(V));
+    if constexpr (pair) std::memcpy(&acc1[i], x1 + i * kLanes, sizeof(V));
   }
-  std::copy(acc, acc + W, xr);
+  for (int s = 0; s < r; ++s) {
+    const float* xs = x + int64_t{s} * cols + j0;
+    const float c0 = a0[s], c1 = pair ? a1[s] : 0.0f;
+#pragma GCC unroll 4
+    for (int i = 0; i < N; ++i) {
+      V v;
+      std::memcpy(&v, xs + i * kLanes, sizeof(V));
+      acc0[i] -= c0 * v;
+      if constexpr (pair) acc1[i] -= c1 * v;
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < N; ++i) std::memcpy(x0 + i * kLanes, &acc0[i], sizeof(V));
+  if constexpr (pair) {
+    const float c = a1[r];
+#pragma GCC unroll 4
+    for (int i = 0; i < N; ++i) {
+      acc1[i] -= c * acc0[i];
+      std::memcpy(x1 + i * kLanes, &acc1[i], sizeof(V));
+    }
+  }
+}
+
+// 16 fp32 lanes: one AVX-512 register, two AVX ones.
+typedef float V16 __attribute__((vector_size(64)));
+// Columns a panel of SolveUnitLower covers: two rows of it fill half the vector registers.
+#if defined(__AVX512F__)
+constexpr int kSolvePanels = 4;
+#else
+constexpr int kSolvePanels = 2;
+#endif
+
+// Rows r (and r + 1 when `pair`) of SolveUnitLower, panel by panel.
+template <bool pair>
+void SolveRows(const float* a, int64_t lda, int r, int cols, float* x) {
+  int j0 = 0;
+  for (; j0 + 16 * kSolvePanels <= cols; j0 += 16 * kSolvePanels) {
+    SubtractEarlierRows<V16, kSolvePanels, pair>(a, lda, r, cols, j0, x);
+  }
+  for (; j0 + 16 <= cols; j0 += 16) SubtractEarlierRows<V16, 1, pair>(a, lda, r, cols, j0, x);
+  for (; j0 < cols; ++j0) SubtractEarlierRows<float, 1, pair>(a, lda, r, cols, j0, x);
 }
 
 // x[s] <- x[s] e^{b_r} e^{-b_s} (ebr = e^{b_r}, einv[s] = e^{-b_s}); the second form first
@@ -88,16 +135,14 @@ void ScaleKeyRow(int dk, double eb, double eend, float beta, float* __restrict q
 }
 
 // X <- (I + A)^{-1} X by forward substitution, for A strictly lower triangular [n, n] (row
-// stride lda; the diagonal and upper part are not read) and X [n, cols]. Written out instead of
-// a library trsm: at 64 x 64 this is a little faster than OpenBLAS's single-threaded strsm was.
+// stride lda; the diagonal and upper part are not read) and X [n, cols], two rows at a time.
+// Written out instead of a library trsm: at 64 x 64 one row at a time was already a little
+// faster than OpenBLAS's single-threaded strsm; in pairs of rows the solve's share of the GDN
+// operator's profile fell from 13% to 6% (2026-12-07, docs/benchmarks-history.md).
 void SolveUnitLower(const float* a, int64_t lda, int n, int cols, float* x) {
-  for (int r = 1; r < n; ++r) {
-    const float* a_row = a + r * lda;
-    int j0 = 0;
-    for (; j0 + 64 <= cols; j0 += 64) SubtractEarlierRows<64>(a_row, r, cols, j0, x);
-    for (; j0 + 16 <= cols; j0 += 16) SubtractEarlierRows<16>(a_row, r, cols, j0, x);
-    for (; j0 < cols; ++j0) SubtractEarlierRows<1>(a_row, r, cols, j0, x);
-  }
+  int r = 1;
+  for (; r + 1 < n; r += 2) SolveRows<true>(a, lda, r, cols, x);
+  if (r < n) SolveRows<false>(a, lda, r, cols, x);
 }
 
 class ChunkKernel {
@@ -453,7 +498,13 @@ Status CheckChunk(int chunk) {
 
 // ChunkedForward's work for value heads [h0, h1), with its own kernel and buffers, its
 // products on the calling thread: they are too small to thread, and on one thread their bits
-// do not depend on the budget or on how heads are split. Arguments checked by the caller.
+// do not depend on the budget or on how heads are split. The heads advance chunk by chunk
+// together, so a chunk's rows of q, k and v (head after head, key heads shared by value heads
+// read once) come from memory once and in whole runs of the row, where one head's pass over
+// every token at a time read q and k twice and in 256-byte pieces: the copy in of Prepare was
+// the operator's largest cost after its products (the inputs of a 16k-token prompt are 67 MB
+// a layer). Each head's operations, and so its bits, are those of one head at a time.
+// Arguments checked by the caller.
 void RunHeads(Variant variant, const Shape& shape, const Inputs& in, const float* initial_state,
               const Outputs& out, int chunk, int h0, int h1) {
   const int dk = shape.dk, dv = shape.dv, HV = shape.value_heads;
@@ -470,106 +521,130 @@ void RunHeads(Variant variant, const Shape& shape, const Inputs& in, const float
   const bool log_t = !dense && (out.transition != nullptr || zero_by_difference);
   const bool main_chain =
       out.o != nullptr || out.final_state != nullptr || out.zero_state != nullptr;
+  const int heads = h1 - h0;
 
-  {
-    cpu::ScopedComputeThreads one(1);
-    ChunkKernel kernel(variant, shape, chunk);
-    // Advances `state` (with outputs into `o` when not nullptr) and/or `t` over all tokens.
-    // Both chains at once run on x = [S | T]: copied in before the first chunk that can fuse
-    // them and out after the last (a chunk that cannot runs them apart on s and t).
-    const int64_t nx = int64_t{dv} + dk;
-    std::vector<float> x(dense_t ? dk * nx : 0);
-    auto to_x = [&](const float* state, const float* t) {
-      for (int d = 0; d < dk; ++d) {
-        std::memcpy(&x[d * nx], state + int64_t{d} * dv, dv * sizeof(float));
-        std::memcpy(&x[d * nx + dv], t + int64_t{d} * dk, dk * sizeof(float));
-      }
-    };
-    auto from_x = [&](float* state, float* t) {
-      for (int d = 0; d < dk; ++d) {
-        std::memcpy(state + int64_t{d} * dv, &x[d * nx], dv * sizeof(float));
-        std::memcpy(t + int64_t{d} * dk, &x[d * nx + dv], dk * sizeof(float));
-      }
-    };
-    auto advance = [&](int h, float* state, float* o, float* t) {
-      bool in_x = false;
-      for (int64_t t0 = 0; t0 < shape.tokens; t0 += chunk) {
-        const int len = static_cast<int>(std::min<int64_t>(chunk, shape.tokens - t0));
-        kernel.Prepare(shape, in, t0, len, h, h / group);
-        float* o_rows = o != nullptr ? o + t0 * HV * dv : nullptr;
-        const bool fuse = state != nullptr && t != nullptr && kernel.CanFuseTransition();
-        if (fuse != in_x) {
+  cpu::ScopedComputeThreads one(1);
+  ChunkKernel kernel(variant, shape, chunk);
+  // One head's chains: `state` (outputs into `o` when not nullptr) and/or `t`. Both at once run
+  // on x = [S | T]: copied in before the first chunk that can fuse them and out after the last
+  // (a chunk that cannot runs them apart on state and t).
+  const int64_t nx = int64_t{dv} + dk;
+  struct Chains {
+    int h = 0;
+    float* state = nullptr;
+    float* o = nullptr;
+    float* t = nullptr;
+    float* x = nullptr;
+    bool in_x = false;
+  };
+  auto to_x = [&](Chains& c) {
+    for (int d = 0; d < dk; ++d) {
+      std::memcpy(c.x + d * nx, c.state + int64_t{d} * dv, dv * sizeof(float));
+      std::memcpy(c.x + d * nx + dv, c.t + int64_t{d} * dk, dk * sizeof(float));
+    }
+  };
+  auto from_x = [&](Chains& c) {
+    for (int d = 0; d < dk; ++d) {
+      std::memcpy(c.state + int64_t{d} * dv, c.x + d * nx, dv * sizeof(float));
+      std::memcpy(c.t + int64_t{d} * dk, c.x + d * nx + dv, dk * sizeof(float));
+    }
+  };
+  // Advances every head of `chains` over all tokens, chunk by chunk.
+  auto advance = [&](std::span<Chains> chains) {
+    for (int64_t t0 = 0; t0 < shape.tokens; t0 += chunk) {
+      const int len = static_cast<int>(std::min<int64_t>(chunk, shape.tokens - t0));
+      for (Chains& c : chains) {
+        kernel.Prepare(shape, in, t0, len, c.h, c.h / group);
+        float* o_rows = c.o != nullptr ? c.o + t0 * HV * dv : nullptr;
+        const bool fuse = c.state != nullptr && c.t != nullptr && kernel.CanFuseTransition();
+        if (fuse != c.in_x) {
           if (fuse) {
-            to_x(state, t);
+            to_x(c);
           } else {
-            from_x(state, t);
+            from_x(c);
           }
-          in_x = fuse;
+          c.in_x = fuse;
         }
         if (fuse) {
-          kernel.StepWithTransition(x.data(), o_rows, int64_t{HV} * dv);
+          kernel.StepWithTransition(c.x, o_rows, int64_t{HV} * dv);
           continue;
         }
-        if (state != nullptr) kernel.Step(state, o_rows, int64_t{HV} * dv);
-        if (t != nullptr) kernel.StepTransition(t);
-      }
-      if (in_x) from_x(state, t);
-    };
-    std::vector<float> s(state_floats), t(dense_t ? t_floats : 0);
-    std::vector<double> log_sum_diag(kind == DecayKind::kDiag ? dk : 0);
-    for (int h = h0; h < h1; ++h) {
-      const float* init_h = init != nullptr ? init + h * state_floats : nullptr;
-      if (init_h != nullptr) {
-        std::memcpy(s.data(), init_h, state_floats * sizeof(float));
-      } else {
-        std::fill(s.begin(), s.end(), 0.0f);
-      }
-      std::fill(t.begin(), t.end(), 0.0f);
-      for (int d = 0; d < (dense_t ? dk : 0); ++d) t[int64_t{d} * dk + d] = 1.0f;
-      if (main_chain || dense_t) {
-        advance(h, main_chain ? s.data() : nullptr, out.o != nullptr ? out.o + h * dv : nullptr,
-                dense_t ? t.data() : nullptr);
-      }
-      // The log forms are exact sums of g; no chain needed.
-      double log_sum = 0.0;
-      std::fill(log_sum_diag.begin(), log_sum_diag.end(), 0.0);
-      for (int64_t tok = 0; tok < (log_t ? shape.tokens : 0); ++tok) {
-        if (kind == DecayKind::kScalar) {
-          log_sum += in.g[tok * HV + h];
-        } else if (kind == DecayKind::kDiag) {
-          for (int d = 0; d < dk; ++d) log_sum_diag[d] += in.g[(tok * HV + h) * dk + d];
-        }
-      }
-      // Before final_state, which may alias the initial state.
-      if (out.zero_state != nullptr) {
-        float* z = out.zero_state + h * state_floats;
-        std::memcpy(z, s.data(), state_floats * sizeof(float));
-        if (zero_by_difference) {
-          SubtractTransitionTimesState(dense ? t.data() : nullptr, kind, log_sum,
-                                       log_sum_diag.data(), init_h, dk, dv, z);
-          // The difference cancels T S_init against S_out, so its error is about eps |T S_init|
-          // (plus T's own relative error times |T S_init|) against |S(C|0)|. Where T S_init
-          // outweighs S(C|0) the head runs the chain from zero instead; in a segment prefill T
-          // has long decayed the seam's state, so this is rare there.
-          double cancelled = 0.0, kept = 0.0;
-          for (int64_t i = 0; i < state_floats; ++i) {
-            const double d = double{s[i]} - z[i];
-            cancelled += d * d;
-            kept += double{z[i]} * z[i];
-          }
-          if (cancelled > kept) {
-            std::fill(z, z + state_floats, 0.0f);
-            advance(h, z, nullptr, nullptr);
-          }
-        }
-      }
-      if (out.final_state != nullptr) {
-        std::memcpy(out.final_state + h * state_floats, s.data(), state_floats * sizeof(float));
-      }
-      if (out.transition != nullptr) {
-        WriteTransition(form, shape, h, t.data(), log_sum, log_sum_diag.data(), out.transition);
+        if (c.state != nullptr) kernel.Step(c.state, o_rows, int64_t{HV} * dv);
+        if (c.t != nullptr) kernel.StepTransition(c.t);
       }
     }
+    for (Chains& c : chains) {
+      if (c.in_x) from_x(c);
+      c.in_x = false;
+    }
+  };
+
+  // Every head's state (from its initial state or zero) and transition (from I).
+  std::vector<float> s(heads * state_floats), t(dense_t ? heads * t_floats : 0);
+  std::vector<float> x(dense_t && main_chain ? heads * dk * nx : 0);
+  std::vector<Chains> chains;
+  for (int j = 0; j < heads; ++j) {
+    const int h = h0 + j;
+    float* sj = s.data() + j * state_floats;
+    if (init != nullptr) {
+      std::memcpy(sj, init + h * state_floats, state_floats * sizeof(float));
+    }  // else zero, as made
+    float* tj = dense_t ? t.data() + j * t_floats : nullptr;
+    for (int d = 0; d < (dense_t ? dk : 0); ++d) tj[int64_t{d} * dk + d] = 1.0f;
+    chains.push_back({.h = h,
+                      .state = main_chain ? sj : nullptr,
+                      .o = out.o != nullptr ? out.o + h * dv : nullptr,
+                      .t = tj,
+                      .x = x.empty() ? nullptr : x.data() + j * dk * nx,
+                      .in_x = false});
+  }
+  if (main_chain || dense_t) advance(chains);
+
+  std::vector<double> log_sum_diag(kind == DecayKind::kDiag ? dk : 0);
+  for (int j = 0; j < heads; ++j) {
+    const int h = h0 + j;
+    const float* sj = s.data() + j * state_floats;
+    const float* tj = dense_t ? t.data() + j * t_floats : nullptr;
+    const float* init_h = init != nullptr ? init + h * state_floats : nullptr;
+    // The log forms are exact sums of g; no chain needed.
+    double log_sum = 0.0;
+    std::fill(log_sum_diag.begin(), log_sum_diag.end(), 0.0);
+    for (int64_t tok = 0; tok < (log_t ? shape.tokens : 0); ++tok) {
+      if (kind == DecayKind::kScalar) {
+        log_sum += in.g[tok * HV + h];
+      } else if (kind == DecayKind::kDiag) {
+        for (int d = 0; d < dk; ++d) log_sum_diag[d] += in.g[(tok * HV + h) * dk + d];
+      }
+    }
+    // Before final_state, which may alias the initial state.
+    if (out.zero_state != nullptr) {
+      float* z = out.zero_state + h * state_floats;
+      std::memcpy(z, sj, state_floats * sizeof(float));
+      if (zero_by_difference) {
+        SubtractTransitionTimesState(tj, kind, log_sum, log_sum_diag.data(), init_h, dk, dv, z);
+        // The difference cancels T S_init against S_out, so its error is about eps |T S_init|
+        // (plus T's own relative error times |T S_init|) against |S(C|0)|. Where T S_init
+        // outweighs S(C|0) the head runs the chain from zero instead; in a segment prefill T
+        // has long decayed the seam's state, so this is rare there.
+        double cancelled = 0.0, kept = 0.0;
+        for (int64_t i = 0; i < state_floats; ++i) {
+          const double d = double{sj[i]} - z[i];
+          cancelled += d * d;
+          kept += double{z[i]} * z[i];
+        }
+        if (cancelled > kept) {
+          std::fill(z, z + state_floats, 0.0f);
+          Chains from_zero{
+              .h = h, .state = z, .o = nullptr, .t = nullptr, .x = nullptr, .in_x = false};
+          advance(std::span<Chains>(&from_zero, 1));
+        }
+      }
+    }
+    if (out.final_state != nullptr) {
+      std::memcpy(out.final_state + h * state_floats, sj, state_floats * sizeof(float));
+    }
+    if (out.transition != nullptr)
+      WriteTransition(form, shape, h, tj, log_sum, log_sum_diag.data(), out.transition);
   }
 }
 
