@@ -121,12 +121,13 @@ void ScaleByDecayFactors(float* __restrict x, int n, float beta, double ebr,
   for (int s = 0; s < n; ++s) x[s] = static_cast<float>(beta * x[s] * (ebr * einv[s]));
 }
 
-// One row of BuildKeyFactors for a per-row (scalar or no) decay: q <- eb q, k_hat <- eend k,
+// One row of BuildKeyFactors for a per-row (scalar or no) decay: q <- eb q_in, k_hat <- eend k,
 // and, when w is not nullptr, w <- beta eb k, each in double and rounded once.
-void ScaleKeyRow(int dk, double eb, double eend, float beta, float* __restrict q,
-                 const float* __restrict k, float* __restrict k_hat, float* __restrict w) {
+void ScaleKeyRow(int dk, double eb, double eend, float beta, const float* __restrict q_in,
+                 float* __restrict q, const float* __restrict k, float* __restrict k_hat,
+                 float* __restrict w) {
   for (int d = 0; d < dk; ++d) {
-    q[d] = static_cast<float>(q[d] * eb);
+    q[d] = static_cast<float>(q_in[d] * eb);
     k_hat[d] = static_cast<float>(k[d] * eend);
   }
   if (w == nullptr) return;
@@ -155,13 +156,11 @@ class ChunkKernel {
         t_block_(std::min(chunk, std::max(kMinTransitionBlock, shape.dk))) {
     const int64_t c = chunk, dk = dk_, dv = dv_;
     q_.resize(c * dk);
-    k_.resize(c * dk);
     k_hat_.resize(c * dk);
     w_.resize(delta_ ? c * dk : 0);
     u_.resize(c * dv);
     a_qk_.resize(c * c);
     a_kk_.resize(delta_ ? c * c : 0);
-    v_new_.resize(delta_ ? c * dv : 0);
     beta_.resize(c);
     b_.resize(kind_ == DecayKind::kDiag ? c * dk : c);
     eb_.resize(b_.size());
@@ -177,17 +176,26 @@ class ChunkKernel {
     }
   }
 
-  // Loads chunk tokens [t0, t0 + len) of value head h / key head kh and builds every
-  // state-independent quantity.
+  // Builds every state-independent quantity of chunk tokens [t0, t0 + len) of value head h /
+  // key head kh. Q and K are read where they are (row stride ldqk_); V is copied into U (times
+  // beta for the delta family), which the step then turns into V_new in place.
   void Prepare(const Shape& shape, const Inputs& in, int64_t t0, int len, int h, int kh) {
     len_ = len;
-    const int dk = dk_, dv = dv_, H = shape.key_heads, HV = shape.value_heads;
+    const int dv = dv_, H = shape.key_heads, HV = shape.value_heads;
+    ldqk_ = int64_t{H} * dk_;
+    q_in_ = in.q + (t0 * H + kh) * dk_;
+    k_in_ = in.k + (t0 * H + kh) * dk_;
     for (int r = 0; r < len; ++r) {
       const int64_t tok = t0 + r;
-      std::memcpy(&q_[int64_t{r} * dk], in.q + (tok * H + kh) * dk, dk * sizeof(float));
-      std::memcpy(&k_[int64_t{r} * dk], in.k + (tok * H + kh) * dk, dk * sizeof(float));
-      std::memcpy(&u_[int64_t{r} * dv], in.v + (tok * HV + h) * dv, dv * sizeof(float));
-      if (delta_) beta_[r] = in.beta[tok * HV + h];
+      const float* v = in.v + (tok * HV + h) * dv;
+      float* u = &u_[int64_t{r} * dv];
+      if (delta_) {
+        const float beta = in.beta[tok * HV + h];
+        beta_[r] = beta;
+        for (int j = 0; j < dv; ++j) u[j] = v[j] * beta;
+      } else {
+        std::copy(v, v + dv, u);
+      }
     }
     BuildCumulativeDecay(shape, in, t0, h);
     BuildScores();
@@ -195,16 +203,18 @@ class ChunkKernel {
     if (delta_) SolveWy();
   }
 
+  // Row r of the chunk's Q and K inputs.
+  const float* QIn(int r) const { return q_in_ + r * ldqk_; }
+  const float* KIn(int r) const { return k_in_ + r * ldqk_; }
+
   // Advances one state chain over the chunk: S [dk, dv] in place. Writes O rows to `o` (row
-  // stride ldo) when not nullptr.
+  // stride ldo) when not nullptr. U becomes V_new in place (delta family): after Prepare, one
+  // step reads it.
   void Step(float* s, float* o, int64_t ldo) {
     const int L = len_, dk = dk_, n = dv_;
     const float* v_new = u_.data();
     if (delta_) {
-      std::memcpy(v_new_.data(), u_.data(), int64_t{L} * n * sizeof(float));
-      ChunkGemm(Trans::kNo, Trans::kNo, L, n, dk, -1.0f, w_.data(), dk, s, n, 1.0f, v_new_.data(),
-                n);
-      v_new = v_new_.data();
+      ChunkGemm(Trans::kNo, Trans::kNo, L, n, dk, -1.0f, w_.data(), dk, s, n, 1.0f, u_.data(), n);
     }
     if (o != nullptr) {
       // q_ holds e^b . Q after Prepare.
@@ -310,7 +320,7 @@ class ChunkKernel {
     for (int r = r0; r < r1; ++r) {
       for (int d = 0; d < dk; ++d) {
         const int64_t i = int64_t{r - r0} * dk + d;
-        const double kv = k_[int64_t{r} * dk + d];
+        const double kv = KIn(r)[d];
         w_block_[i] =
             static_cast<float>(beta_[r] * std::exp(LogDecay(r, d) - LogDecay(r0 - 1, d)) * kv);
         k_block_[i] = static_cast<float>(std::exp(LogDecay(r1 - 1, d) - LogDecay(r, d)) * kv);
@@ -356,10 +366,10 @@ class ChunkKernel {
   void BuildScores() {
     const int L = len_, dk = dk_;
     if (kind_ != DecayKind::kDiag) {
-      ChunkGemm(Trans::kNo, Trans::kYes, L, L, dk, 1.0f, q_.data(), dk, k_.data(), dk, 0.0f,
+      ChunkGemm(Trans::kNo, Trans::kYes, L, L, dk, 1.0f, q_in_, ldqk_, k_in_, ldqk_, 0.0f,
                 a_qk_.data(), L);
       if (delta_) {
-        ChunkGemm(Trans::kNo, Trans::kYes, L, L, dk, 1.0f, k_.data(), dk, k_.data(), dk, 0.0f,
+        ChunkGemm(Trans::kNo, Trans::kYes, L, L, dk, 1.0f, k_in_, ldqk_, k_in_, ldqk_, 0.0f,
                   a_kk_.data(), L);
       }
       // The scalar decay's factor e^{b_r - b_s} as e^{b_r} e^{-b_s}: two exps per row rather
@@ -393,8 +403,8 @@ class ChunkKernel {
     // double.
     for (int r = 0; r < L; ++r) {
       const double* br = &b_[int64_t{r} * dk];
-      const float* qr = &q_[int64_t{r} * dk];
-      const float* kr = &k_[int64_t{r} * dk];
+      const float* qr = QIn(r);
+      const float* kr = KIn(r);
       for (int s = 0; s < L; ++s) {
         const int64_t i = int64_t{r} * L + s;
         if (s > r) {
@@ -403,7 +413,7 @@ class ChunkKernel {
           continue;
         }
         const double* bs = &b_[int64_t{s} * dk];
-        const float* ks = &k_[int64_t{s} * dk];
+        const float* ks = KIn(s);
         double aq = 0.0, ak = 0.0;
         for (int d = 0; d < dk; ++d) {
           const double w = ks[d] * std::exp(br[d] - bs[d]);
@@ -422,8 +432,8 @@ class ChunkKernel {
     if (kind_ != DecayKind::kDiag) {  // one factor per row (1 without decay)
       for (int r = 0; r < L; ++r) {
         const int64_t at = int64_t{r} * dk;
-        ScaleKeyRow(dk, Factor(eb_, r, 0), Factor(eend_, r, 0), delta_ ? beta_[r] : 0.0f, &q_[at],
-                    &k_[at], &k_hat_[at], delta_ ? &w_[at] : nullptr);
+        ScaleKeyRow(dk, Factor(eb_, r, 0), Factor(eend_, r, 0), delta_ ? beta_[r] : 0.0f, QIn(r),
+                    &q_[at], KIn(r), &k_hat_[at], delta_ ? &w_[at] : nullptr);
       }
       return;
     }
@@ -431,9 +441,10 @@ class ChunkKernel {
       for (int d = 0; d < dk; ++d) {
         const int64_t i = int64_t{r} * dk + d;
         const double eb = Factor(eb_, r, d), eend = Factor(eend_, r, d);
-        q_[i] = static_cast<float>(q_[i] * eb);
-        k_hat_[i] = static_cast<float>(k_[i] * eend);
-        if (delta_) w_[i] = static_cast<float>(beta_[r] * eb * k_[i]);
+        const float k = KIn(r)[d];
+        q_[i] = static_cast<float>(QIn(r)[d] * eb);
+        k_hat_[i] = static_cast<float>(k * eend);
+        if (delta_) w_[i] = static_cast<float>(beta_[r] * eb * k);
       }
     }
   }
@@ -441,9 +452,6 @@ class ChunkKernel {
   // (I + A_kk) X = B for X in {U, W}: A_kk is strictly lower, the diagonal is the implied 1.
   void SolveWy() {
     const int L = len_;
-    for (int r = 0; r < L; ++r) {
-      for (int j = 0; j < dv_; ++j) u_[int64_t{r} * dv_ + j] *= beta_[r];
-    }
     SolveUnitLower(a_kk_.data(), L, L, dv_, u_.data());
     SolveUnitLower(a_kk_.data(), L, L, dk_, w_.data());
   }
@@ -453,7 +461,11 @@ class ChunkKernel {
   int dk_, dv_;
   int t_block_;  // tokens per WY solve of the transition chain (StepTransition)
   int len_ = 0;
-  std::vector<float> q_, k_, k_hat_, w_, u_, a_qk_, a_kk_, v_new_, beta_, decay_end_;
+  // The chunk's Q and K inputs, rows ldqk_ apart (Prepare).
+  const float* q_in_ = nullptr;
+  const float* k_in_ = nullptr;
+  int64_t ldqk_ = 0;
+  std::vector<float> q_, k_hat_, w_, u_, a_qk_, a_kk_, beta_, decay_end_;
   // Chunk-local cumulative log-decay b, kept in double (its rounding would enter every
   // exponent), and the factors e^b and e^{b_L - b}: [L] for a scalar decay, [L, dk] diagonal.
   std::vector<double> b_, eb_, eend_;
