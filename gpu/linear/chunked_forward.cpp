@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/uninitialized_vector.h"
 #include "gpu/cpu/compute_threads.h"
 #include "gpu/cpu/gemm.h"
 #include "gpu/linear/linear_attention.h"
@@ -592,17 +593,23 @@ void RunHeads(Variant variant, const Shape& shape, const Inputs& in, const float
   };
 
   // Every head's state (from its initial state or zero) and transition (from I).
-  std::vector<float> s(heads * state_floats), t(dense_t ? heads * t_floats : 0);
-  std::vector<float> x(dense_t && main_chain ? heads * dk * nx : 0);
+  // Written before read (a compose calls this for every 8-token seam step: no zeroing pass).
+  UninitializedVector<float> s(heads * state_floats), t(dense_t ? heads * t_floats : 0);
+  UninitializedVector<float> x(dense_t && main_chain ? heads * dk * nx : 0);
   std::vector<Chains> chains;
   for (int j = 0; j < heads; ++j) {
     const int h = h0 + j;
     float* sj = s.data() + j * state_floats;
     if (init != nullptr) {
       std::memcpy(sj, init + h * state_floats, state_floats * sizeof(float));
-    }  // else zero, as made
+    } else {
+      std::fill(sj, sj + state_floats, 0.0f);
+    }
     float* tj = dense_t ? t.data() + j * t_floats : nullptr;
-    for (int d = 0; d < (dense_t ? dk : 0); ++d) tj[int64_t{d} * dk + d] = 1.0f;
+    if (dense_t) {
+      std::fill(tj, tj + t_floats, 0.0f);
+      for (int d = 0; d < dk; ++d) tj[int64_t{d} * dk + d] = 1.0f;
+    }
     chains.push_back({.h = h,
                       .state = main_chain ? sj : nullptr,
                       .o = out.o != nullptr ? out.o + h * dv : nullptr,
