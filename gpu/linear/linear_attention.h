@@ -76,7 +76,11 @@ struct Outputs {
 };
 
 struct ChunkOptions {
-  int chunk_size = 64;  // 16, 32 or 64
+  // 16, 32 or 64. 32 by default: against 64 the intra-chunk work (scores, solve, A_qk V_new)
+  // halves per token while the state's products stay, and the GDN operator ran 10% faster at
+  // dk 64 and 128, the T chain's cost unchanged (Intel AMX, 2026-12-07,
+  // docs/benchmarks-history.md). 16 was slower than 32 (products under 16 rows).
+  int chunk_size = 32;
 };
 
 // Returns kBadRequest for a bad shape (HV % H != 0, non-positive dims) or a missing input the

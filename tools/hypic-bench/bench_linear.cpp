@@ -39,7 +39,7 @@ struct Options {
   int value_heads = 32;
   int dk = 128;
   int dv = 128;
-  int chunk = 64;
+  int chunk = linear::ChunkOptions{}.chunk_size;  // the runtime's
   int reps = 3;
   int compose_reps = 50;
   int compute_threads = 1;

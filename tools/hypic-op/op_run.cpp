@@ -29,7 +29,7 @@ struct RunOptions {
   std::string input;
   std::string output;
   std::string method = "chunked";
-  int chunk_size = 64;
+  int chunk_size = linear::ChunkOptions{}.chunk_size;  // the runtime's
 };
 
 // A bad-input failure: the message is printed and the tool exits kExitBadInput.
