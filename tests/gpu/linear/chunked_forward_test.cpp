@@ -216,6 +216,32 @@ TEST_CASE("the final state may alias the initial state (in-place update)") {
   }
 }
 
+TEST_CASE("a state chain run in final_state gives the bits of one run beside S(C|0)") {
+  // Without S(C|0) asked for, the chain runs in final_state itself (copied from the initial
+  // state when that is another array, zeroed when there is none); with it, in a buffer of its
+  // own. Every variant, initial state given apart, aliased, or absent: o and the final state
+  // have the same bits either way.
+  const Shape shape{150, 2, 4, 16, 8};
+  uint64_t seed = 600;
+  for (Variant variant : kAllVariants) {
+    const Problem p = MakeProblem(variant, shape, seed++);
+    for (int init_kind = 0; init_kind < 3; ++init_kind) {  // apart, aliased, none
+      INFO("variant=", VariantName(variant), " init_kind=", init_kind);
+      const float* init = init_kind == 2 ? nullptr : p.initial.data();
+      const Result all = Run(p, [&](const Inputs& in, const float*, const Outputs& o) {
+        return ChunkedForward(variant, shape, in, init, o);
+      });
+      std::vector<float> o(all.o.size(), -1.0f);
+      std::vector<float> state =
+          init_kind == 1 ? p.initial : std::vector<float>(p.state_floats(), -1.0f);
+      REQUIRE_OK(ChunkedForward(variant, shape, p.inputs(), init_kind == 1 ? state.data() : init,
+                                Outputs{o.data(), state.data(), nullptr, nullptr}));
+      CHECK(o == all.o);
+      CHECK(state == all.final_state);
+    }
+  }
+}
+
 TEST_CASE("Validate rejects bad shapes and missing inputs, naming them") {
   Shape shape{4, 2, 3, 8, 8};
   const Problem ok = MakeProblem(Variant::kGdn, Shape{4, 1, 2, 8, 8}, 3);
