@@ -1,6 +1,6 @@
-// Timing helpers shared by the hypic-bench subcommands: a wall + CPU timing pair and the median
-// of repeated runs. On a shared, oversubscribed machine the CPU figure is the stable one, so
-// every benchmark reports both. Header-only; thread-compatible.
+// Timing helpers shared by the hypic-bench subcommands: a wall + CPU timing pair, and the median
+// (or, for a peak, the fastest) of repeated runs. On a shared, oversubscribed machine the CPU
+// figure is the stable one, so every benchmark reports both. Header-only; thread-compatible.
 #pragma once
 
 #include <time.h>
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <utility>
 #include <vector>
 
 namespace hypic::tools {
@@ -37,9 +38,10 @@ struct Timing {
   }
 };
 
-// Runs `fn` `reps` times (REQUIRES: reps >= 1) and returns the median wall and median CPU time.
-template <typename Fn>
-Timing MedianTiming(int reps, CpuClock clock, Fn&& fn) {
+// Runs `fn` `reps` times (REQUIRES: reps >= 1) and returns the wall and the CPU time of rank
+// `rank(reps)` among them (each sorted ascending on its own).
+template <typename Fn, typename Rank>
+Timing RankedTiming(int reps, CpuClock clock, Fn&& fn, Rank&& rank) {
   std::vector<double> wall, cpu;
   for (int i = 0; i < reps; ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -50,7 +52,21 @@ Timing MedianTiming(int reps, CpuClock clock, Fn&& fn) {
   }
   std::sort(wall.begin(), wall.end());
   std::sort(cpu.begin(), cpu.end());
-  return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
+  const auto at = static_cast<size_t>(rank(reps));
+  return {wall[at], cpu[at]};
+}
+
+// The median wall and median CPU time of `reps` runs (REQUIRES: reps >= 1).
+template <typename Fn>
+Timing MedianTiming(int reps, CpuClock clock, Fn&& fn) {
+  return RankedTiming(reps, clock, std::forward<Fn>(fn), [](int n) { return n / 2; });
+}
+
+// The fastest wall and fastest CPU time of `reps` runs (REQUIRES: reps >= 1): for a peak, which
+// the machine's other jobs can only lower.
+template <typename Fn>
+Timing FastestTiming(int reps, CpuClock clock, Fn&& fn) {
+  return RankedTiming(reps, clock, std::forward<Fn>(fn), [](int) { return 0; });
 }
 
 // Runs `a` and `b` in turns, `pairs` times, appending each run's timing to `a_runs` and
