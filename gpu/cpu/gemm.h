@@ -42,13 +42,15 @@ enum class Trans : uint8_t { kNo = 0, kYes = 1 };
 // longer blocks pay it less often: 2,048 against 512 rows took a 16k prefill of builtin:small
 // from 4.13 to 3.93 s on a Xeon (2 threads, plain weights, A/B in one session).
 inline constexpr int64_t kGemmRowBlock = 2048;
-// fp32 products with n and k both at most this (the chunked linear-attention's) go to
-// dnnl_sgemm: there a primitive's per-call cost (memory objects, argument map) outweighs its
-// faster kernel (64^3: 2.9 us against 3.9; docs/benchmarks-history.md). The choice does not
-// depend on m, so a row's result does not depend on how many rows a call has (the primitives'
-// row blocks give the same bits per row: a last-row-only lm_head equals the all-rows one; an
-// sgemm call of fewer than 16 rows, which oneDNN sums in another order, goes as 16).
-inline constexpr int64_t kGemmSmallDim = 128;
+// fp32 products with n and k both at most this (the chunked linear-attention's, whose fused
+// [S | T] products are dv + dk wide: 256 at dk = dv = 128) go to dnnl_sgemm: there a
+// primitive's per-call cost (memory objects, argument map) outweighs its faster kernel (64^3:
+// 2.9 us against 3.9; at dk 128 the operator with T_C 12% faster than with the limit at 128;
+// docs/benchmarks-history.md). The choice does not depend on m, so a row's result does not
+// depend on how many rows a call has (the primitives' row blocks give the same bits per row: a
+// last-row-only lm_head equals the all-rows one; an sgemm call of fewer than 16 rows, which
+// oneDNN sums in another order, goes as 16).
+inline constexpr int64_t kGemmSmallDim = 256;
 
 // C = alpha op(A) op(B) + beta C, fp32.
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
