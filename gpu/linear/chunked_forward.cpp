@@ -592,25 +592,27 @@ void RunHeads(Variant variant, const Shape& shape, const Inputs& in, const float
     }
   };
 
-  // Every head's state (from its initial state or zero) and transition (from I).
-  // The state chains run in final_state itself where nothing else needs the state they start
-  // from (no S(C|0) to separate): a compose's 8-token seam steps update the running state in
-  // place, with no copy in and out per step. Elsewhere in `s`. Buffers are written before read
-  // (no zeroing pass).
+  // Every head's state (from its initial state or zero) and transition (from I). The state
+  // chains run in final_state itself where nothing else needs the state they start from (no
+  // S(C|0) to separate): a compose's 8-token seam steps update the running state in place, with
+  // no copy in and out per step. Elsewhere in `s`. Buffers are written before read (no zeroing
+  // pass).
   const bool in_place = out.final_state != nullptr && out.zero_state == nullptr;
   UninitializedVector<float> s(in_place ? 0 : heads * state_floats);
   UninitializedVector<float> t(dense_t ? heads * t_floats : 0);
   UninitializedVector<float> x(dense_t && main_chain ? heads * dk * nx : 0);
+  const auto state_of = [&](int j) {  // head h0 + j's state chain
+    return in_place ? out.final_state + (h0 + j) * state_floats : s.data() + j * state_floats;
+  };
   std::vector<Chains> chains;
   for (int j = 0; j < heads; ++j) {
     const int h = h0 + j;
-    float* sj = in_place ? out.final_state + h * state_floats : s.data() + j * state_floats;
-    if (init != nullptr) {
-      if (init != out.final_state || !in_place) {
-        std::memcpy(sj, init + h * state_floats, state_floats * sizeof(float));
-      }
-    } else {
+    float* sj = state_of(j);
+    const float* init_h = init != nullptr ? init + h * state_floats : nullptr;
+    if (init_h == nullptr) {
       std::fill(sj, sj + state_floats, 0.0f);
+    } else if (init_h != sj) {  // an in-place update starts where it is
+      std::memcpy(sj, init_h, state_floats * sizeof(float));
     }
     float* tj = dense_t ? t.data() + j * t_floats : nullptr;
     if (dense_t) {
@@ -629,7 +631,7 @@ void RunHeads(Variant variant, const Shape& shape, const Inputs& in, const float
   std::vector<double> log_sum_diag(kind == DecayKind::kDiag ? dk : 0);
   for (int j = 0; j < heads; ++j) {
     const int h = h0 + j;
-    const float* sj = in_place ? out.final_state + h * state_floats : s.data() + j * state_floats;
+    const float* sj = state_of(j);
     const float* tj = dense_t ? t.data() + j * t_floats : nullptr;
     const float* init_h = init != nullptr ? init + h * state_floats : nullptr;
     // The log forms are exact sums of g; no chain needed.
