@@ -38,10 +38,10 @@ struct Timing {
   }
 };
 
-// Runs `fn` `reps` times (REQUIRES: reps >= 1) and returns the wall and the CPU time of rank
-// `rank(reps)` among them (each sorted ascending on its own).
-template <typename Fn, typename Rank>
-Timing RankedTiming(int reps, CpuClock clock, Fn&& fn, Rank&& rank) {
+// Runs `fn` `reps` times and returns the wall and the CPU time of rank `rank` among them (each
+// sorted ascending on its own; 0 the fastest). REQUIRES: 0 <= rank < reps.
+template <typename Fn>
+Timing RankedTiming(int reps, int rank, CpuClock clock, Fn&& fn) {
   std::vector<double> wall, cpu;
   for (int i = 0; i < reps; ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -52,21 +52,21 @@ Timing RankedTiming(int reps, CpuClock clock, Fn&& fn, Rank&& rank) {
   }
   std::sort(wall.begin(), wall.end());
   std::sort(cpu.begin(), cpu.end());
-  const auto at = static_cast<size_t>(rank(reps));
+  const auto at = static_cast<size_t>(rank);
   return {wall[at], cpu[at]};
 }
 
 // The median wall and median CPU time of `reps` runs (REQUIRES: reps >= 1).
 template <typename Fn>
 Timing MedianTiming(int reps, CpuClock clock, Fn&& fn) {
-  return RankedTiming(reps, clock, std::forward<Fn>(fn), [](int n) { return n / 2; });
+  return RankedTiming(reps, reps / 2, clock, std::forward<Fn>(fn));
 }
 
 // The fastest wall and fastest CPU time of `reps` runs (REQUIRES: reps >= 1): for a peak, which
 // the machine's other jobs can only lower.
 template <typename Fn>
 Timing FastestTiming(int reps, CpuClock clock, Fn&& fn) {
-  return RankedTiming(reps, clock, std::forward<Fn>(fn), [](int) { return 0; });
+  return RankedTiming(reps, 0, clock, std::forward<Fn>(fn));
 }
 
 // Runs `a` and `b` in turns, `pairs` times, appending each run's timing to `a_runs` and
