@@ -177,6 +177,42 @@ PrimitiveCache& Cache() {
   return *cache;
 }
 
+// Runs a product of `rows` rows as one call of `call_rows` > rows: run(a, lda, c, ldc) on copies
+// of op(A)'s rows (A stored [m, k], or with ta [k, m]: k rows of m) and, when beta reads C, of
+// C's rows, in the calling thread's buffers, then C's rows copied back. The copies keep the
+// product's own strides (oneDNN's fp32 kernels sum a row in another order at another lda; a
+// transposed A's stride grows to call_rows where it is smaller). The rows past `rows` keep
+// whatever earlier calls left there: a row of C depends only on its own row of A (and of C),
+// and those rows are dropped, so nothing is cleared per call (the chunked form's seam steps
+// make thousands of these calls in a compose).
+template <typename T, typename Run>
+void RunPadded(Trans ta, int64_t rows, int64_t call_rows, int64_t n, int64_t k, const T* a,
+               int64_t lda, float beta, float* c, int64_t ldc, const Run& run) {
+  struct Buffers {
+    std::vector<T> a;
+    std::vector<float> c;
+  };
+  thread_local Buffers buffers;  // one per operand type, whoever runs padded
+  std::vector<T>& a_pad = buffers.a;
+  std::vector<float>& c_pad = buffers.c;
+  const int64_t lda_pad = ta == Trans::kNo ? lda : std::max(lda, call_rows);
+  const int64_t a_floats = (ta == Trans::kNo ? call_rows : k) * lda_pad;
+  if (a_pad.size() < static_cast<size_t>(a_floats)) a_pad.resize(static_cast<size_t>(a_floats));
+  if (c_pad.size() < static_cast<size_t>(call_rows * ldc)) {
+    c_pad.resize(static_cast<size_t>(call_rows * ldc));
+  }
+  if (ta == Trans::kNo) {
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(a + r * lda, k, a_pad.data() + r * lda_pad);
+  } else {
+    for (int64_t i = 0; i < k; ++i) std::copy_n(a + i * lda, rows, a_pad.data() + i * lda_pad);
+  }
+  if (beta != 0.0f) {
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(c + r * ldc, n, c_pad.data() + r * ldc);
+  }
+  run(a_pad.data(), lda_pad, c_pad.data(), ldc);
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(c_pad.data() + r * ldc, n, c + r * ldc);
+}
+
 // How CachedGemm splits m rows into calls. Blocks of kGemmRowBlock, then the rest: as one
 // multiple of 16 and a tail of fewer than 16 rows, or (merge_rest) as one call. With pad, no
 // call has a partial group of 16: the tail or the merged rest runs padded to a multiple of 16.
@@ -266,42 +302,25 @@ bool CachedGemm(memory::data_type dtype, Trans ta, Trans tb, int64_t m, int64_t 
     std::shared_ptr<const Primitive> p = Cache().Get(key);
     const T* a_rows = ta == Trans::kNo ? a + row0 * lda : a + row0;
     float* c_rows = c + row0 * ldc;
-    // A padded call runs on copies of its rows with the product's own strides (oneDNN's fp32
-    // kernels sum in another order at another lda); the rows past `rows` keep whatever earlier
-    // calls left there: a row of C depends only on its own row of A (and of C), and those rows
-    // are dropped.
-    thread_local std::vector<T> a_padded;
-    thread_local std::vector<float> c_padded;
-    const bool padded = call_rows > rows;
-    if (padded) {
-      if (a_padded.size() < static_cast<size_t>(call_rows * lda)) {
-        a_padded.resize(static_cast<size_t>(call_rows * lda));
+    const auto execute = [&](const T* a_call, float* c_call) {
+      try {
+        memory am(p->a, Engine(), const_cast<T*>(a_call));
+        memory bm(p->b, Engine(), const_cast<T*>(b));
+        memory cm(p->c, Engine(), c_call);
+        memory sm(p->scratchpad, Engine(), ThreadScratchpad(p->scratchpad.get_size()));
+        p->matmul.execute(stream, {{DNNL_ARG_SRC, am},
+                                   {DNNL_ARG_WEIGHTS, bm},
+                                   {DNNL_ARG_DST, cm},
+                                   {DNNL_ARG_SCRATCHPAD, sm}});
+        stream.wait();
+      } catch (const dnnl::error& e) {
+        Fatal("matmul", e);
       }
-      if (c_padded.size() < static_cast<size_t>(call_rows * ldc)) {
-        c_padded.resize(static_cast<size_t>(call_rows * ldc));
-      }
-      for (int64_t r = 0; r < rows; ++r) {
-        std::copy_n(a_rows + r * lda, k, a_padded.data() + r * lda);
-        if (beta != 0.0f) std::copy_n(c_rows + r * ldc, n, c_padded.data() + r * ldc);
-      }
-      a_rows = a_padded.data();
-    }
-    try {
-      memory am(p->a, Engine(), const_cast<T*>(a_rows));
-      memory bm(p->b, Engine(), const_cast<T*>(b));
-      memory cm(p->c, Engine(), padded ? c_padded.data() : c_rows);
-      memory sm(p->scratchpad, Engine(), ThreadScratchpad(p->scratchpad.get_size()));
-      p->matmul.execute(stream, {{DNNL_ARG_SRC, am},
-                                 {DNNL_ARG_WEIGHTS, bm},
-                                 {DNNL_ARG_DST, cm},
-                                 {DNNL_ARG_SCRATCHPAD, sm}});
-      stream.wait();
-    } catch (const dnnl::error& e) {
-      Fatal("matmul", e);
-    }
-    for (int64_t r = 0; padded && r < rows; ++r) {
-      std::copy_n(c_padded.data() + r * ldc, n, c_rows + r * ldc);
-    }
+    };
+    if (call_rows == rows) return execute(a_rows, c_rows);
+    // Only a row-major A is padded (SplitRows): its copy keeps lda, the primitive's.
+    RunPadded<T>(ta, rows, call_rows, n, k, a_rows, lda, beta, c_rows, ldc,
+                 [&](const T* a_pad, int64_t, float* c_pad, int64_t) { execute(a_pad, c_pad); });
   });
   return true;
 }
@@ -511,31 +530,17 @@ namespace {
 
 // oneDNN 2.6's sgemm runs calls of fewer than kSgemmStableRows rows on other kernels than
 // larger calls, which sum a row in another order (every shape probed on AVX-512, Intel and
-// AMD): such a call goes as kSgemmStableRows rows, the rest zero, so a row's bits are the same
+// AMD): such a call goes as kSgemmStableRows rows (RunPadded), so a row's bits are the same
 // in a chunk's tail, a seam's few rows or a decode step as in a prefill's bigger calls.
 constexpr int64_t kSgemmStableRows = 16;
 
-// The rows past m of the padded A and C keep whatever earlier calls left there (zeros at first,
-// then earlier inputs and outputs): an output row depends only on its own row of A (and of C),
-// and those rows are dropped, so nothing is cleared per call (the chunked form's seam steps
-// make thousands of these calls in a compose).
 void PaddedSgemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  constexpr int64_t rows = kSgemmStableRows;
-  thread_local std::vector<float> a_pad, c_pad;
-  if (a_pad.size() < static_cast<size_t>(rows * k)) a_pad.resize(static_cast<size_t>(rows * k));
-  if (c_pad.size() < static_cast<size_t>(rows * n)) c_pad.resize(static_cast<size_t>(rows * n));
-  if (ta == Trans::kNo) {  // A [m, k]: m rows of k
-    for (int64_t r = 0; r < m; ++r) std::copy(a + r * lda, a + r * lda + k, &a_pad[r * k]);
-  } else {  // A stored [k, m]: k rows of m
-    for (int64_t i = 0; i < k; ++i) std::copy(a + i * lda, a + i * lda + m, &a_pad[i * rows]);
-  }
-  if (beta != 0.0f) {
-    for (int64_t r = 0; r < m; ++r) std::copy(c + r * ldc, c + r * ldc + n, &c_pad[r * n]);
-  }
-  OneDnnSgemm(ta, tb, rows, n, k, alpha, a_pad.data(), ta == Trans::kNo ? k : rows, b, ldb, beta,
-              c_pad.data(), n);
-  for (int64_t r = 0; r < m; ++r) std::copy(&c_pad[r * n], &c_pad[r * n] + n, c + r * ldc);
+  RunPadded<float>(ta, m, kSgemmStableRows, n, k, a, lda, beta, c, ldc,
+                   [&](const float* a_pad, int64_t lda_pad, float* c_pad, int64_t ldc_pad) {
+                     OneDnnSgemm(ta, tb, kSgemmStableRows, n, k, alpha, a_pad, lda_pad, b, ldb,
+                                 beta, c_pad, ldc_pad);
+                   });
 }
 
 }  // namespace

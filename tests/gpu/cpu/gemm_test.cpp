@@ -200,30 +200,39 @@ TEST_CASE("GemmFewRows: a float64 product's value, beta 0 never reads C, a row's
 
 TEST_CASE("small fp32 products (sgemm's): a row's bits whatever its call's rows, A either way") {
   // n, k <= kGemmSmallDim: the chunked linear-attention products, a small model's layers. A
-  // call of a few rows (a chunk's tail, a seam, a decode step) equals the same rows of a big one.
+  // call of a few rows (a chunk's tail, a seam, a decode step) equals the same rows of a big one,
+  // also where A and C are parts of wider rows (a chunk's Q and K are read in place, a row
+  // stride of every key head's features): a call padded to 16 rows keeps those strides.
   testing::SeededRng rng(10);
   constexpr int64_t m = 80, n = 64, k = 64;
-  const auto x = rng.NormalVector(static_cast<size_t>(m * k));
-  const auto w = rng.NormalVector(static_cast<size_t>(n * k));
-  const auto c0 = rng.NormalVector(static_cast<size_t>(m * n));
-  std::vector<float> xt(static_cast<size_t>(k * m));  // x stored transposed, [k, m]
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t i = 0; i < k; ++i)
-      xt[static_cast<size_t>(i * m + r)] = x[static_cast<size_t>(r * k + i)];
-  }
-  for (Trans ta : {Trans::kNo, Trans::kYes}) {
-    for (float beta : {0.0f, 0.5f}) {
-      const float* a = ta == Trans::kNo ? x.data() : xt.data();
-      const int64_t lda = ta == Trans::kNo ? k : m;
-      std::vector<float> all = c0;
-      Gemm(ta, Trans::kYes, m, n, k, 1.5f, a, lda, w.data(), k, beta, all.data(), n);
-      for (auto [row0, rows] :
-           {std::pair<int64_t, int64_t>{79, 1}, {0, 1}, {3, 5}, {60, 15}, {10, 16}, {20, 33}}) {
-        std::vector<float> part(c0.begin() + row0 * n, c0.begin() + (row0 + rows) * n);
-        const float* a_rows = ta == Trans::kNo ? a + row0 * k : a + row0;
-        Gemm(ta, Trans::kYes, rows, n, k, 1.5f, a_rows, lda, w.data(), k, beta, part.data(), n);
-        INFO("ta ", static_cast<int>(ta), " beta ", beta, " rows [", row0, ", ", row0 + rows, ")");
-        CHECK(std::equal(part.begin(), part.end(), all.begin() + row0 * n));
+  for (auto [lda_no, ldc] : {std::pair<int64_t, int64_t>{k, n}, {4 * k, 3 * n}}) {
+    const auto x = rng.NormalVector(static_cast<size_t>(m * lda_no));  // A [m, k] in [m, lda_no]
+    const auto w = rng.NormalVector(static_cast<size_t>(n * k));
+    const auto c0 = rng.NormalVector(static_cast<size_t>(m * ldc));
+    const int64_t lda_t = m + 16;  // A stored transposed, [k, m] in [k, lda_t]
+    std::vector<float> xt(static_cast<size_t>(k * lda_t));
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t i = 0; i < k; ++i)
+        xt[static_cast<size_t>(i * lda_t + r)] = x[static_cast<size_t>(r * lda_no + i)];
+    }
+    for (Trans ta : {Trans::kNo, Trans::kYes}) {
+      for (float beta : {0.0f, 0.5f}) {
+        const float* a = ta == Trans::kNo ? x.data() : xt.data();
+        const int64_t lda = ta == Trans::kNo ? lda_no : lda_t;
+        std::vector<float> all = c0;
+        Gemm(ta, Trans::kYes, m, n, k, 1.5f, a, lda, w.data(), k, beta, all.data(), ldc);
+        for (auto [row0, rows] :
+             {std::pair<int64_t, int64_t>{79, 1}, {0, 1}, {3, 5}, {60, 15}, {10, 16}, {20, 33}}) {
+          std::vector<float> part(c0.begin() + row0 * ldc, c0.begin() + (row0 + rows) * ldc);
+          const float* a_rows = ta == Trans::kNo ? a + row0 * lda : a + row0;
+          Gemm(ta, Trans::kYes, rows, n, k, 1.5f, a_rows, lda, w.data(), k, beta, part.data(), ldc);
+          INFO("ta ", static_cast<int>(ta), " beta ", beta, " lda ", lda, " ldc ", ldc, " rows [",
+               row0, ", ", row0 + rows, ")");
+          for (int64_t r = 0; r < rows; ++r) {
+            CHECK(std::equal(part.begin() + r * ldc, part.begin() + r * ldc + n,
+                             all.begin() + (row0 + r) * ldc));
+          }
+        }
       }
     }
   }
