@@ -139,8 +139,8 @@ void ScaleKeyRow(int dk, double eb, double eend, float beta, const float* __rest
 // X <- (I + A)^{-1} X by forward substitution, for A strictly lower triangular [n, n] (row
 // stride lda; the diagonal and upper part are not read) and X [n, cols], two rows at a time.
 // Written out instead of a library trsm: at 64 x 64 one row at a time was already a little
-// faster than OpenBLAS's single-threaded strsm; in pairs of rows the solve's share of the GDN
-// operator's profile fell from 13% to 6% (2026-12-07, docs/benchmarks-history.md).
+// faster than OpenBLAS's single-threaded strsm (the BLAS then); in pairs of rows the solve's share
+// of the GDN operator's profile fell from 13% to 6% (2026-12-07, docs/benchmarks-history.md).
 void SolveUnitLower(const float* a, int64_t lda, int n, int cols, float* x) {
   int r = 1;
   for (; r + 1 < n; r += 2) SolveRows<true>(a, lda, r, cols, x);

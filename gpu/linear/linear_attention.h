@@ -96,9 +96,9 @@ Status RecurrentForward(Variant variant, const Shape& shape, const Inputs& in,
 // may alias `initial_state` (an in-place update of the running state); no other output may
 // alias an input. The dense T_C chain runs in fp32, in WY blocks of dk tokens when dk is below
 // the chunk size; S(C|0) is taken as S_out - T_C S_init unless that subtraction would lose
-// digits, when the zero-state chain is run instead. Heads are split over OpenBLAS's thread
-// count when the per-chunk products are small enough for OpenBLAS to run them on one thread
-// (see chunked_forward.cpp); results do not depend on the thread count.
+// digits, when the zero-state chain is run instead. Value heads are split over the calling
+// thread's compute budget (gpu/cpu/compute_threads.h), each head's products on one thread (see
+// chunked_forward.cpp); results do not depend on the thread count.
 Status ChunkedForward(Variant variant, const Shape& shape, const Inputs& in,
                       const float* initial_state, const Outputs& out,
                       const ChunkOptions& options = {});

@@ -24,12 +24,17 @@
 //  * With `context`, SegmentPrefill runs the segment in its true context (after the prompt
 //    whose state is given): these are the "oracle" entries, for which Compose is exact.
 //
-// Numerics: fp32 everywhere, states and transitions included; projections use OpenBLAS sgemm
-// over all live tokens at once; attention softmax accumulates in fp32. Entry tensors are stored
-// in the precision SegmentOptions::entry_dtypes names per tensor kind (f32 by default): the
-// capture computes in fp32 and rounds to nearest even as it writes the entry, and Compose widens
-// every entry tensor back to fp32 before it is used, so the kernels see fp32 only
-// (docs/entry-precision.md has the measured error of each choice).
+// Numerics: the projections, experts and lm_head run on gpu/cpu/gemm.h (oneDNN) over all live
+// tokens at once: with bf16 weights (a bf16 checkpoint's default) as bf16 products of the
+// activations rounded to bf16, accumulated in fp32; with f32 weights in fp32. Norms, RoPE, the
+// conv, the gates and the whole linear-attention state algebra (T chain, S, composition) are
+// fp32. Attention accumulates its softmax in fp32; with bf16 weights its products are bf16 too
+// (cpu_attention.h). Entry tensors are stored in the precision SegmentOptions::entry_dtypes
+// names per tensor kind (f32 by default): the capture computes in fp32 and rounds to nearest even
+// as it writes the entry, and Compose widens every entry tensor to fp32 where it is used (a
+// narrow S(C|0) and narrow K/V are read as stored by the kernels that widen or pack them), so
+// the arithmetic is fp32 on the entry's values (docs/entry-precision.md has the measured error
+// of each choice).
 //
 // Devices: every pass runs on the CPU or on a CUDA device (the options' `device`); inputs and
 // results (states, entries, logits) are host values either way, and the CUDA numerics (cuBLAS

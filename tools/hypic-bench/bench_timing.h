@@ -13,8 +13,8 @@
 
 namespace hypic::tools {
 
-// Which CPU time a benchmark reports: the whole process (all threads, e.g. OpenBLAS workers)
-// or only the calling thread (a benchmark that pins its work to one thread).
+// Which CPU time a benchmark reports: the whole process (all threads: the compute budget's OpenMP
+// team) or only the calling thread (a benchmark that pins its work to one thread).
 enum class CpuClock { kProcess, kThread };
 
 inline double CpuSeconds(CpuClock clock) {
