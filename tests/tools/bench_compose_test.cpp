@@ -1,12 +1,14 @@
 // `hypic-bench compose --json` end to end on builtin:tiny: every mode asked for reports its row,
 // the full prefill and the GEMM peaks are positive, the T overhead is reported (finite) when
-// segments are measured for it, --t-segments 0 skips it instead of failing, and --full-reps
-// sets the reference prefill's repetitions apart from the modes'.
+// segments are measured for it, --t-segments 0 skips it instead of failing, --full-reps sets
+// the reference prefill's repetitions apart from the modes', and --pause-ms idles before each
+// timed run.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -71,6 +73,23 @@ TEST_CASE("hypic-bench compose --full-reps repeats the reference prefill apart f
   CHECK(j["reps"].get<int>() == 1);
   CHECK(j["full_reps"].get<int>() == 2);  // the reference prefills the bench ran
   CHECK(j["full_prefill"]["tokens_per_s"].get<double>() > 0.0);
+}
+
+TEST_CASE("hypic-bench compose --pause-ms idles before each timed prefill and compose") {
+  const auto seconds_of = [](const std::string& extra) {
+    const auto start = std::chrono::steady_clock::now();
+    const Json j = RunCompose(0, extra);
+    return std::pair{
+        j, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  };
+  const auto [plain, plain_s] = seconds_of("");
+  const auto [paused, paused_s] = seconds_of("--pause-ms 1000");
+  CHECK(plain["pause_ms"].get<int>() == 0);
+  CHECK(paused["pause_ms"].get<int>() == 1000);
+  // Four timed runs at --reps 1: the full prefill, naive, hypic and the entry-precision
+  // compose, so 4 s of idle; the untimed work around them is the same in both invocations.
+  CHECK(paused_s - plain_s > 3.0);
+  CHECK(paused["full_prefill"]["tokens_per_s"].get<double>() > 0.0);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@
 //
 //   hypic-bench compose --model DIR|builtin:small [--segments 16] [--segment-len 1024]
 //       [--suffix 32] [--seam 8] [--modes full,naive,hypic,oracle] [--reps 3] [--full-reps N]
-//       [--json]
+//       [--pause-ms N] [--json]
 //       [--device cpu|cuda[:N]] [--weights-dtype auto|bf16|f32]
 //       [--entry-dtype SPEC ...]   (repeatable; the modes use the first; SPEC as in
 //                                   EntryDTypes::Parse, e.g. bf16 or t=f32,s=f32,conv=f32,kv=bf16)
@@ -60,6 +60,7 @@ struct Options {
   int reps = 3;
   int full_reps = 0;   // the reference full prefill's repetitions; 0: reps
   int t_segments = 4;  // segments timed for the T overhead
+  int pause_ms = 0;    // idle before each timed prefill and compose
   uint64_t seed = 1;
   int threads = 0;  // 0: the hardware's
   bool json = false;
@@ -69,10 +70,11 @@ struct Options {
 };
 
 // Process CPU seconds (all threads) beside wall time: on a shared, oversubscribed machine the
-// CPU figure is the stable one; both are reported.
+// CPU figure is the stable one; both are reported. Each run after pause_ms of idle (--pause-ms).
 template <typename Fn>
-Timing Median(int reps, Fn&& fn) {
-  return MedianTiming(reps, CpuClock::kProcess, std::forward<Fn>(fn));
+Timing Median(int reps, int pause_ms, Fn&& fn) {
+  return MedianTiming(reps, CpuClock::kProcess, std::forward<Fn>(fn),
+                      std::chrono::milliseconds(pause_ms));
 }
 
 // Matmul FLOPs of a full prefill of T tokens with last-row logits, as the pass computes them:
@@ -189,10 +191,10 @@ int Run(const Options& opt) {
     modes.push_back(*mode);
   }
   if (opt.segments < 1 || opt.segment_len < 1 || opt.suffix < 1 || opt.reps < 1 ||
-      opt.full_reps < 0) {
+      opt.full_reps < 0 || opt.pause_ms < 0) {
     fmt::print(stderr,
                "hypic-bench compose: --segments, --segment-len, --suffix, --reps must be >= 1, "
-               "--full-reps >= 0\n");
+               "--full-reps, --pause-ms >= 0\n");
     return kExitBadInput;
   }
   const int full_reps = opt.full_reps > 0 ? opt.full_reps : opt.reps;
@@ -221,11 +223,12 @@ int Run(const Options& opt) {
     fmt::print(
         "hypic-bench compose: {} ({} params, {} weights: {:.1f} MiB resident, {:.1f} MiB "
         "checkpoint), {} x {} tokens + {} suffix = {} tokens, seam {}, entries {}, {} threads, "
-        "device {}, median of {} (full prefill: {})\n",
+        "device {}, median of {} (full prefill: {}){}\n",
         opt.model, m.config().ParameterCount(), DTypeName(m.weights_dtype()),
         m.resident_weight_bytes() / 1048576.0, m.checkpoint_bytes() / 1048576.0, opt.segments,
         opt.segment_len, opt.suffix, total, opt.seam, entry_dtypes.front().ToString(),
-        cpu::ComputeThreads(), model::ComputeDeviceName(dev), opt.reps, full_reps);
+        cpu::ComputeThreads(), model::ComputeDeviceName(dev), opt.reps, full_reps,
+        opt.pause_ms > 0 ? fmt::format(", each after {} ms idle", opt.pause_ms) : "");
   }
   const GemmPeaks peaks = MeasureGemmPeaks();
   const char* attention =
@@ -235,7 +238,7 @@ int Run(const Options& opt) {
   // The reference: full prefill (always run, every other mode is compared with it).
   std::vector<float> full_logits;
   int full_runs = 0;  // reported as full_reps: the runs made, not the option read back
-  const Timing full = Median(full_reps, [&] {
+  const Timing full = Median(full_reps, opt.pause_ms, [&] {
     ++full_runs;
     auto r = m.Compose(prompt, {.mode = ComposeMode::kFull, .seam_w = opt.seam, .device = dev});
     if (r.ok()) full_logits = std::move(r->logits);
@@ -271,7 +274,7 @@ int Run(const Options& opt) {
     const auto& parts = mode == ComposeMode::kOracle ? oracle : pic;
     std::vector<float> logits;
     Status st;
-    r.ttft = Median(opt.reps, [&] {
+    r.ttft = Median(opt.reps, opt.pause_ms, [&] {
       auto c = m.Compose(parts, {.mode = mode, .seam_w = opt.seam, .device = dev});
       st = c.status();
       if (c.ok()) {
@@ -353,7 +356,7 @@ int Run(const Options& opt) {
       if (!st.ok()) return fail(st);
       p.entry_bytes = parts.front().entry->TensorBytes();
       std::vector<float> logits;
-      p.ttft = Median(opt.reps, [&] {
+      p.ttft = Median(opt.reps, opt.pause_ms, [&] {
         auto c = m.Compose(parts, {.mode = ComposeMode::kHypic, .seam_w = opt.seam, .device = dev});
         st = c.status();
         if (c.ok()) logits = std::move(c->logits);
@@ -393,6 +396,7 @@ int Run(const Options& opt) {
     j["tokens"] = total;
     j["reps"] = opt.reps;
     j["full_reps"] = full_runs;
+    j["pause_ms"] = opt.pause_ms;
     j["threads"] = cpu::ComputeThreads();
     j["gemm"] = peaks.kernels;
     j["attention_kernel"] = attention;
@@ -510,6 +514,10 @@ const bool kRegistered = RegisterSubcommand(
                      "profile of the compose modes see mostly composes)")
           ->capture_default_str();
       sub.add_option("--t-segments", opt->t_segments, "Segments timed for the T overhead")
+          ->capture_default_str();
+      sub.add_option("--pause-ms", opt->pause_ms,
+                     "Idle before each timed full prefill and compose (not timed): the latency "
+                     "of requests that reach an idle process; 0: back to back")
           ->capture_default_str();
       sub.add_option("--seed", opt->seed, "Token seed")->capture_default_str();
       sub.add_option("--threads", opt->threads, "Compute threads (GEMMs and kernels); 0: all")

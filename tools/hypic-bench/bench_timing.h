@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -39,11 +40,16 @@ struct Timing {
 };
 
 // Runs `fn` `reps` times and returns the wall and the CPU time of rank `rank` among them (each
-// sorted ascending on its own; 0 the fastest). REQUIRES: 0 <= rank < reps.
+// sorted ascending on its own; 0 the fastest). With a `pause`, each run starts after that long
+// idle (a sleep outside the timed region): the figure of a service whose requests reach it idle,
+// which on some machines is slower than back to back (docs/benchmarks.md, "A warm compose is
+// timed back to back"). REQUIRES: 0 <= rank < reps.
 template <typename Fn>
-Timing RankedTiming(int reps, int rank, CpuClock clock, Fn&& fn) {
+Timing RankedTiming(int reps, int rank, CpuClock clock, Fn&& fn,
+                    std::chrono::milliseconds pause = {}) {
   std::vector<double> wall, cpu;
   for (int i = 0; i < reps; ++i) {
+    if (pause.count() > 0) std::this_thread::sleep_for(pause);
     const auto start = std::chrono::steady_clock::now();
     const double c = CpuSeconds(clock);
     fn();
@@ -56,10 +62,11 @@ Timing RankedTiming(int reps, int rank, CpuClock clock, Fn&& fn) {
   return {wall[at], cpu[at]};
 }
 
-// The median wall and median CPU time of `reps` runs (REQUIRES: reps >= 1).
+// The median wall and median CPU time of `reps` runs, each after `pause` idle (REQUIRES:
+// reps >= 1).
 template <typename Fn>
-Timing MedianTiming(int reps, CpuClock clock, Fn&& fn) {
-  return RankedTiming(reps, reps / 2, clock, std::forward<Fn>(fn));
+Timing MedianTiming(int reps, CpuClock clock, Fn&& fn, std::chrono::milliseconds pause = {}) {
+  return RankedTiming(reps, reps / 2, clock, std::forward<Fn>(fn), pause);
 }
 
 // The fastest wall and fastest CPU time of `reps` runs (REQUIRES: reps >= 1): for a peak, which
