@@ -4,7 +4,8 @@
 #   1. hypic full prefill at 2,048 tokens and, with warm compose, 16 x 1024 + 32 tokens
 #      (hypic-bench compose --json, which also measures the oneDNN fp32/bf16 GEMM peaks): the
 #      compose a median of 15 (of 3 it moved by a third with the machine's slow phases), with
-#      f32 entries and with hypicd's default ones (bf16, T in f32);
+#      f32 entries and with hypicd's default ones (bf16, T in f32); and the compose again, each
+#      after 200 ms of idle (--pause-ms 200: a request reaching an idle process);
 #   2. llama.cpp's prefill of the same weights at 2,048 and 16,416 tokens (tools/llama-peer,
 #      after its logits check on f32 weights), f32 and bf16 GGUFs;
 #   3. the ratios the issue sets targets for.
@@ -30,6 +31,11 @@ if [ $quick = 0 ]; then
     --segment-len 1024 --suffix 32 --seam 8 --modes full,hypic --reps 15 --full-reps 3 \
     --t-segments 4 --entry-dtype f32 --entry-dtype bf16,t=f32 --threads "$threads" --json \
     > "$out/hypic-16416.json"
+  # The same compose reaching an idle process (each after 200 ms without work): what a sidecar
+  # with sporadic requests sees (docs/benchmarks.md, "A warm compose is timed back to back").
+  "$bin/hypic-bench" compose --model builtin:small --cache-dir "$models" --segments 16 \
+    --segment-len 1024 --suffix 32 --seam 8 --modes hypic --reps 9 --full-reps 1 \
+    --t-segments 0 --pause-ms 200 --threads "$threads" --json > "$out/hypic-16416-idle.json"
 fi
 small_dir=$(ls -d "$models"/builtin-small-* | head -1)
 peer_tokens=2048
@@ -45,6 +51,7 @@ def load(name):
     p = os.path.join(out, name)
     return json.load(open(p)) if os.path.exists(p) else None
 h2k, h16k, peer = load("hypic-2048.json"), load("hypic-16416.json"), load("llama.json")
+idle = load("hypic-16416-idle.json")
 print(f"gemm: {h2k['gemm']}")
 fp = h2k["full_prefill"]
 print(f"GEMM peaks (same run): f32 {fp['f32_gemm_peak_gflops']:.0f} GFLOP/s, bf16 {fp['bf16_gemm_peak_gflops']:.0f}")
@@ -72,6 +79,9 @@ if h16k:
     if peer16:
         lbest = max(peer16.values())
         print(f"  llama.cpp prefill of it: {1e3*16416/lbest:.0f} ms at its best ({', '.join(f'{k} {v:.0f}' for k, v in sorted(peer16.items()))} tokens/s) -> compose {1e3*16416/lbest/hy['ttft_ms']:.0f}x faster (target >= 100x)")
+    if idle:
+        ms = idle["modes"]["hypic"]["ttft_ms"]
+        print(f"  after 200 ms idle (--pause-ms 200, f32 entries): {ms:.1f} ms, {full_ms/ms:.1f}x the full prefill above")
     print(f"T overhead: {h16k['t_overhead_pct']:.1f}% wall (target <= 3%)")
 print(f"raw results: {out}")
 PY
