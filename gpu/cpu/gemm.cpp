@@ -177,6 +177,19 @@ PrimitiveCache& Cache() {
   return *cache;
 }
 
+template <typename T>
+struct PadBuffers {
+  std::vector<T> a;
+  std::vector<float> c;
+};
+
+// The calling thread's buffers for RunPadded, one pair per operand type whoever runs padded.
+template <typename T>
+PadBuffers<T>& ThreadPadBuffers() {
+  thread_local PadBuffers<T> buffers;
+  return buffers;
+}
+
 // Runs a product of `rows` rows as one call of `call_rows` > rows: run(a, lda, c, ldc) on copies
 // of op(A)'s rows (A stored [m, k], or with ta [k, m]: k rows of m) and, when beta reads C, of
 // C's rows, in the calling thread's buffers, then C's rows copied back. The copies keep the
@@ -188,16 +201,12 @@ PrimitiveCache& Cache() {
 template <typename T, typename Run>
 void RunPadded(Trans ta, int64_t rows, int64_t call_rows, int64_t n, int64_t k, const T* a,
                int64_t lda, float beta, float* c, int64_t ldc, const Run& run) {
-  struct Buffers {
-    std::vector<T> a;
-    std::vector<float> c;
-  };
-  thread_local Buffers buffers;  // one per operand type, whoever runs padded
+  PadBuffers<T>& buffers = ThreadPadBuffers<T>();
   std::vector<T>& a_pad = buffers.a;
   std::vector<float>& c_pad = buffers.c;
   const int64_t lda_pad = ta == Trans::kNo ? lda : std::max(lda, call_rows);
-  const int64_t a_floats = (ta == Trans::kNo ? call_rows : k) * lda_pad;
-  if (a_pad.size() < static_cast<size_t>(a_floats)) a_pad.resize(static_cast<size_t>(a_floats));
+  const int64_t a_size = (ta == Trans::kNo ? call_rows : k) * lda_pad;
+  if (a_pad.size() < static_cast<size_t>(a_size)) a_pad.resize(static_cast<size_t>(a_size));
   if (c_pad.size() < static_cast<size_t>(call_rows * ldc)) {
     c_pad.resize(static_cast<size_t>(call_rows * ldc));
   }
