@@ -881,5 +881,77 @@ TEST_CASE("flush reports a write-back in flight that fails; the next flush is cl
   CHECK_OK((*m)->Get(KeyOf(2)));
 }
 
+// An SSD tier that holds the first insert of one key at the gate after its bytes are written:
+// the window between a write-back's Insert and the manager learning of it.
+class HeldAfterInsertSsd : public TierWrapper, public Gate {
+ public:
+  HeldAfterInsertSsd(std::unique_ptr<Tier> target, const SegmentKey& held)
+      : TierWrapper(std::move(target)), held_(held) {}
+
+  Status Insert(const TierEntry& entry) override {
+    Status st = TierWrapper::Insert(entry);
+    if (entry.info.key == held_ && !passed_.exchange(true)) Pass();
+    return st;
+  }
+
+ private:
+  const SegmentKey held_;
+  std::atomic<bool> passed_{false};
+};
+
+TEST_CASE("a write-back whose item was erased meanwhile is not taken for a newer item's copy") {
+  // Entry 1's demotion is written, and held before the manager hears of it. Meanwhile entry 1
+  // is evicted, put again, written to SSD, evicted from there (its SSD copy removed) and put
+  // again: the held write then finds a newer item in memory only. Before the fix it marked
+  // that item as on SSD, whose copy was gone: a later read of it missed (hypic-stress,
+  // "pinned key missed: ... ssd tier: no entry").
+  TempDir dir;
+  TierManagerOptions o;
+  o.demote_min_hits = 0;
+  o.max_writeback_bytes = 0;  // the evicting caller writes the demotion itself
+  auto held = std::make_unique<HeldAfterInsertSsd>(Ssd(dir, 100 * EntrySize()), KeyOf(1));
+  HeldAfterInsertSsd* ssd = held.get();
+  auto m =
+      TierManager::Create(o, nullptr, std::make_unique<HostTier>(EntrySize()), std::move(held));
+  REQUIRE_OK(m);
+  TierManager& mgr = **m;
+  CHECK_OK(mgr.Put(EntryBytes(1)));
+  ssd->Close();
+  Status put2;
+  std::thread putter([&] { put2 = mgr.Put(EntryBytes(2)); });  // evicts 1, writes it: held
+  const bool holding = ssd->WaitForWaiting(1);
+  CHECK(mgr.Evict(Req([](EvictRequest& r) { r.key = KeyOf(1); })).entries == 0);  // on its way
+  CHECK_OK(mgr.Put(EntryBytes(1)));  // evicts 2 (written), 1 in memory again
+  CHECK_OK(mgr.Put(EntryBytes(3)));  // evicts 1: written and on SSD this time
+  CHECK(mgr.Evict(Req([](EvictRequest& r) { r.key = KeyOf(1); })).entries == 1);  // SSD copy
+  CHECK_OK(mgr.Put(EntryBytes(1)));                                               // in memory only
+  ssd->Open();
+  putter.join();
+  CHECK(holding);
+  CHECK_OK(put2);
+  std::set<SegmentKey> on_ssd;
+  for (const EntryInfo& info : ssd->List()) on_ssd.insert(info.key);
+  for (const EntryListing& l : mgr.List()) {
+    CAPTURE(l.info.key.ToHex());
+    if ((l.tier_mask & (1u << static_cast<int>(TierKind::kSsd))) != 0) {
+      CHECK(on_ssd.count(l.info.key) == 1);  // the index names no copy that is not there
+    }
+  }
+  // Entry 1's copy in memory was its only one: evicted, the entry is gone, not half there.
+  CHECK(mgr.Evict(Req([](EvictRequest& r) {
+             r.key = KeyOf(1);
+             r.tier = TierKind::kHost;
+           }))
+            .entries == 1);
+  const SegmentKey k1[] = {KeyOf(1)};
+  CHECK_FALSE(mgr.Probe(k1, /*pin_hits=*/false).tiers[0].has_value());
+  CHECK(mgr.Get(KeyOf(1)).status().code() == StatusCode::kNotFound);
+  for (uint64_t s = 2; s <= 3; ++s) {
+    auto got = mgr.Get(KeyOf(s));
+    REQUIRE_OK(got);
+    CHECK(SameBytes(*got, *EntryBytes(s)));
+  }
+}
+
 }  // namespace
 }  // namespace hypic::storage
