@@ -247,18 +247,22 @@ Status RocksTier::Insert(const TierEntry& entry) {
   if (entry.host.size() != n) return BadRequest("ssd tier: insert needs the entry's host bytes");
   HYPIC_RETURN_IF_ERROR(CheckWritable());
   HYPIC_ASSIGN_OR_RETURN(size_t prefix, EntryPrefixSize(entry.host));
+  // A replacement (the key already stored) stays indexed while its new record is written: the
+  // old record serves reads meanwhile. Dropping it from the index first made a concurrent
+  // Lookup of a stored, indexed entry miss ("no entry"), and TierManager then dropped the
+  // entry (hypic-stress: "pinned key missed"). Only the bytes beyond the old record's are
+  // reserved, so concurrent inserts cannot overshoot the capacity together.
+  uint64_t reserved = 0;
   {
     MutexLock lock(&mu_);
     auto it = index_.find(info.key);
-    if (it != index_.end()) {  // a replacement: the new record overwrites the old one
-      usage_ -= it->second.bytes;
-      index_.erase(it);
-    }
-    if (n > options_.capacity || usage_ > options_.capacity - n) {
+    const uint64_t replaced = it != index_.end() ? it->second.bytes : 0;
+    reserved = n > replaced ? n - replaced : 0;
+    if (n > options_.capacity || usage_ > options_.capacity - reserved) {
       return NoSpace(fmt::format("ssd tier: {} bytes do not fit ({} of {} used)", n, usage_,
                                  options_.capacity));
     }
-    usage_ += n;  // reserved now, so concurrent inserts cannot overshoot together
+    usage_ += reserved;
   }
   rocksdb::WriteBatch batch;
   rocksdb::Status s =
@@ -274,13 +278,19 @@ Status RocksTier::Insert(const TierEntry& entry) {
   if (!s.ok()) {
     {
       MutexLock lock(&mu_);
-      usage_ -= n;
+      usage_ -= reserved;
     }
     return OnWriteError(s, "insert");
   }
   MutexLock lock(&mu_);
-  // A concurrent insert of the same key wrote the same record: count its bytes once.
-  if (!index_.try_emplace(info.key, info).second) usage_ -= n;
+  // Usage counts the record written, n, once: in place of whatever record of the key is
+  // indexed now (the one replaced, or a concurrent insert's), which it overwrote.
+  auto [it, inserted] = index_.try_emplace(info.key, info);
+  usage_ += n - reserved;
+  if (!inserted) {
+    usage_ -= it->second.bytes;
+    it->second = info;
+  }
   inserts_.fetch_add(1);
   return Status::Ok();
 }
