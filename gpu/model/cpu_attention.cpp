@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "core/dtype.h"
 #include "gpu/cpu/compute_threads.h"
 #include "gpu/cpu/gemm.h"
@@ -455,11 +456,17 @@ PackedKv PackKv(const AttentionShape& shape, const KvRope& rope, std::span<const
   const int64_t hd = shape.head_dim, pairs = hd / 2, ldk = shape.kv_heads * hd;
   const int64_t blocks = (keys + kKBlock - 1) / kKBlock;
   const int64_t per_head = blocks * kKBlock * pairs, per_tensor = shape.kv_heads * per_head;
-  // Every element is written below, so growing the buffer is the only fill.
-  if (buffer->size() < static_cast<size_t>(2 * per_tensor)) {
-    buffer->resize(static_cast<size_t>(2 * per_tensor));
+  // The layouts start at the buffer's first cache-line boundary (a vector's storage is only
+  // 16-byte aligned), so every 64-byte row the tiles load is one cache line
+  // (core/aligned_vector.h). Every element is written below, so growing the buffer is the
+  // only fill.
+  constexpr auto kSlack = static_cast<int64_t>(kCacheLineBytes / sizeof(uint32_t));
+  if (buffer->size() < static_cast<size_t>(2 * per_tensor + kSlack)) {
+    buffer->resize(static_cast<size_t>(2 * per_tensor + kSlack));
   }
-  uint32_t* kp = buffer->data();
+  const auto misalignment = reinterpret_cast<uintptr_t>(buffer->data()) % kCacheLineBytes;
+  uint32_t* kp =
+      buffer->data() + (kCacheLineBytes - misalignment) % kCacheLineBytes / sizeof(uint32_t);
   uint32_t* vp = kp + per_tensor;
   cpu::ParallelFor(shape.kv_heads * blocks, 4, [&](int64_t i0, int64_t i1) {
     std::vector<uint16_t> rows16(static_cast<size_t>(kKBlock * hd));
@@ -880,10 +887,13 @@ void AttentionBf16(const AttentionShape& shape, const KvRope& rope, const float*
 #endif
     const auto per_head = [&](int64_t n) { return static_cast<size_t>(group * n); };
     std::vector<float> qrow(static_cast<size_t>(hd));
-    std::vector<float> s(static_cast<size_t>(group_rows * kKBlock));
-    std::vector<float> o(per_head(kQTile * hd)), max(per_head(kQTile)), sum(per_head(kQTile));
-    std::vector<uint16_t> q16(per_head(kQTile * hd));
-    std::vector<uint16_t> pblock(per_head(kQTile * kKBlock));  // a block's probabilities
+    // The tiles' operands (scores, output, Q, probabilities) start on cache lines, as the
+    // packed K/V do.
+    AlignedVector<float> s(static_cast<size_t>(group_rows * kKBlock));
+    AlignedVector<float> o(per_head(kQTile * hd));
+    std::vector<float> max(per_head(kQTile)), sum(per_head(kQTile));
+    AlignedVector<uint16_t> q16(per_head(kQTile * hd));
+    AlignedVector<uint16_t> pblock(per_head(kQTile * kKBlock));  // a block's probabilities
     const auto* qp = reinterpret_cast<const Bf16PairAlias*>(q16.data());
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t g = item / tiles, t = PairedTile(item % tiles, tiles);
