@@ -88,7 +88,7 @@ struct Primitive {
 // between primitives, and two threads running primitives at once corrupted each other's
 // results.
 std::byte* ThreadScratchpad(size_t bytes) {
-  thread_local std::vector<std::byte> buffer;
+  thread_local AlignedVector<std::byte> buffer;
   if (buffer.size() < bytes) buffer.resize(bytes);
   return buffer.data();
 }
@@ -178,9 +178,9 @@ PrimitiveCache& Cache() {
 }
 
 template <typename T>
-struct PadBuffers {
-  std::vector<T> a;
-  std::vector<float> c;
+struct PadBuffers {  // on cache lines, as the operands AMX tiles load and store
+  AlignedVector<T> a;
+  AlignedVector<float> c;
 };
 
 // The calling thread's buffers for RunPadded, one pair per operand type whoever runs padded.
@@ -202,8 +202,8 @@ template <typename T, typename Run>
 void RunPadded(Trans ta, int64_t rows, int64_t call_rows, int64_t n, int64_t k, const T* a,
                int64_t lda, float beta, float* c, int64_t ldc, const Run& run) {
   PadBuffers<T>& buffers = ThreadPadBuffers<T>();
-  std::vector<T>& a_pad = buffers.a;
-  std::vector<float>& c_pad = buffers.c;
+  AlignedVector<T>& a_pad = buffers.a;
+  AlignedVector<float>& c_pad = buffers.c;
   const int64_t lda_pad = ta == Trans::kNo ? lda : std::max(lda, call_rows);
   const int64_t a_size = (ta == Trans::kNo ? call_rows : k) * lda_pad;
   if (a_pad.size() < static_cast<size_t>(a_size)) a_pad.resize(static_cast<size_t>(a_size));
@@ -454,8 +454,8 @@ template <typename Run>
 void Bf16Rows(Trans ta, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, float beta,
               float* c, int64_t ldc, const Run& run) {
   if (m != 1 || k <= 0 || ta == Trans::kNo) return run(ta, m, a, lda, c, ldc);
-  thread_local std::vector<uint16_t> a2;
-  thread_local std::vector<float> c2;
+  thread_local AlignedVector<uint16_t> a2;
+  thread_local AlignedVector<float> c2;
   a2.assign(static_cast<size_t>(2 * k), 0);
   for (int64_t i = 0; i < k; ++i) a2[static_cast<size_t>(i)] = a[ta == Trans::kNo ? i : i * lda];
   c2.assign(static_cast<size_t>(2 * n), 0.0f);
@@ -521,7 +521,7 @@ void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf
 }
 
 void GemmRoundingA(int64_t m, float alpha, const float* a, int64_t lda, const PackedBf16Weight& w,
-                   float beta, float* c, int64_t ldc, std::vector<uint16_t>* a_bf16) {
+                   float beta, float* c, int64_t ldc, AlignedVector<uint16_t>* a_bf16) {
   const int64_t n = w.n(), k = w.k();
   if (w.layout() == nullptr) {
     return RowStableGemmPanelsRoundingA(m, n, k, alpha, a, lda,

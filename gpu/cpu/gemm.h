@@ -33,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "core/aligned_vector.h"
+
 namespace hypic::cpu {
 
 enum class Trans : uint8_t { kNo = 0, kYes = 1 };
@@ -99,10 +101,11 @@ class PackedBf16Weight {
 void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf16Weight& w,
           float beta, float* c, int64_t ldc);
 // The same for fp32 A [m, k], rounded to bf16 (F32ToBf16, as ConvertRowsToBf16) first: the
-// model's projections of fp32 activations. The rounded rows go to *a_bf16 (grown as needed)
-// where oneDNN reads them; RowStableGemm rounds them as it packs A, with no pass of its own.
+// model's projections of fp32 activations. The rounded rows go to *a_bf16 (grown as needed;
+// on cache lines, as AMX loads them) where oneDNN reads them; RowStableGemm rounds them as it packs
+// A, with no pass of its own.
 void GemmRoundingA(int64_t m, float alpha, const float* a, int64_t lda, const PackedBf16Weight& w,
-                   float beta, float* c, int64_t ldc, std::vector<uint16_t>* a_bf16);
+                   float beta, float* c, int64_t ldc, AlignedVector<uint16_t>* a_bf16);
 
 // C = alpha op(A) op(B) + beta C, fp32, for shapes that differ call to call.
 void GemmAnyShape(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

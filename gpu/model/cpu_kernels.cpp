@@ -39,7 +39,7 @@ void RoundRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, uint16_t
 // k), else made here (into *x16 where the GEMM reads it so).
 void LinearGemm(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const uint16_t* a16,
                 DeviceWeight w, int64_t ldw, float* y, int64_t ldy, bool accumulate,
-                std::vector<uint16_t>* x16) {
+                AlignedVector<uint16_t>* x16) {
   const float beta = accumulate ? 1.0f : 0.0f;
   if (w.dtype != DType::kBF16) {
     cpu::Gemm(cpu::Trans::kNo, cpu::Trans::kYes, m, n, k, 1.0f, x, ldx,
@@ -324,7 +324,7 @@ float* CpuForwardKernels::Buffer::Reserve(int64_t n) {
       madvise(p, fresh.mapped_bytes, MADV_HUGEPAGE);
       fresh.data = static_cast<float*>(p);
     } else {
-      fresh.data = new float[static_cast<size_t>(n)];
+      fresh.data = new (std::align_val_t{kCacheLineBytes}) float[static_cast<size_t>(n)];
     }
     fresh.capacity = n;
     *this = std::move(fresh);
@@ -349,7 +349,7 @@ CpuForwardKernels::Buffer::~Buffer() {
   if (mapped_bytes > 0) {
     munmap(data, mapped_bytes);
   } else {
-    delete[] data;
+    ::operator delete[](data, std::align_val_t{kCacheLineBytes});
   }
 }
 
@@ -376,7 +376,7 @@ const uint16_t* CpuForwardKernels::Bf16Rows(const float* x, int64_t ldx, int64_t
                                             int64_t cols) {
   // Without oneDNN's bf16 matmul, RowStableGemm rounds A as it packs it, at no extra pass.
   if (!cpu::DescribeGemm().bf16_native) return nullptr;
-  std::vector<uint16_t>& buf = scratch_.rows_bf16;
+  AlignedVector<uint16_t>& buf = scratch_.rows_bf16;
   if (buf.size() < static_cast<size_t>(rows * cols)) buf.resize(static_cast<size_t>(rows * cols));
   RoundRows(x, ldx, rows, cols, buf.data());
   return buf.data();
@@ -416,7 +416,7 @@ const uint16_t* CpuForwardKernels::AddRmsNormBf16(float* x, const float* y, cons
     AddRmsNorm(x, y, w, xn, rows, dim, eps);
     return nullptr;
   }
-  std::vector<uint16_t>& buf = scratch_.rows_bf16;
+  AlignedVector<uint16_t>& buf = scratch_.rows_bf16;
   if (buf.size() < static_cast<size_t>(rows * dim)) buf.resize(static_cast<size_t>(rows * dim));
   AddRmsNormRows(x, y, w, xn, buf.data(), rows, dim, eps);
   return buf.data();
@@ -694,9 +694,10 @@ void CpuForwardKernels::MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t
   tiles = (n + tile_rows - 1) / tile_rows;
   cpu::ParallelFor(tiles, 1, [&](int64_t first, int64_t last) {
     const int64_t j0 = first * tile_rows, j1 = std::min(n, last * tile_rows);
-    // The running thread's tile buffers, kept between calls.
-    thread_local std::vector<float> xs, gu, ys;
-    thread_local std::vector<uint16_t> xs16, h16, rounding;
+    // The running thread's tile buffers, kept between calls, on cache lines (the GEMMs' AMX
+    // tiles load and store them row by row).
+    thread_local AlignedVector<float> xs, gu, ys;
+    thread_local AlignedVector<uint16_t> xs16, h16, rounding;
     const auto fit = [](auto& v, int64_t size) {
       if (v.size() < static_cast<size_t>(size)) v.resize(static_cast<size_t>(size));
     };

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "gpu/model/forward_kernels.h"
 #include "gpu/model/forward_math.h"
 
@@ -157,8 +158,8 @@ class CpuForwardKernels final : public ForwardKernels {
   };
   struct ScratchSet {
     std::vector<Buffer> slots;
-    std::vector<uint16_t> x_bf16;                     // a bf16 GEMM's activations
-    std::vector<uint16_t> rows_bf16;                  // Bf16Rows' copy
+    AlignedVector<uint16_t> x_bf16;                   // a bf16 GEMM's activations
+    AlignedVector<uint16_t> rows_bf16;                // Bf16Rows' copy
     std::vector<int32_t> routed_offsets;              // RoutedExperts: per row, its entries
     std::vector<std::pair<int32_t, int32_t>> routed;  // ... as (expert, index in its rows)
     std::vector<int32_t> chosen;                      // MoeExperts' routing, [rows, top_k]

@@ -390,7 +390,7 @@ TEST_CASE("a packed bf16 weight gives the plain layout's product and unpacks exa
         CHECK(blocked == plain);
         // fp32 activations rounded by the product itself: the same bits.
         auto rounding = c0;
-        std::vector<uint16_t> scratch;
+        AlignedVector<uint16_t> scratch;
         GemmRoundingA(m, 0.5f, x.data(), k, packed, beta, rounding.data(), n, &scratch);
         CHECK(std::memcmp(rounding.data(), blocked.data(), rounding.size() * sizeof(float)) == 0);
       }
