@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "core/uninitialized_vector.h"
+#include "core/aligned_vector.h"
 #include "gpu/cpu/compute_threads.h"
 #include "gpu/cpu/gemm.h"
 #include "gpu/linear/linear_attention.h"
@@ -466,15 +466,17 @@ class ChunkKernel {
   const float* q_in_ = nullptr;
   const float* k_in_ = nullptr;
   int64_t ldqk_ = 0;
-  std::vector<float> q_, k_hat_, w_, u_, a_qk_, a_kk_, beta_, decay_end_;
+  AlignedVector<float> q_, k_hat_, w_, u_, a_qk_, a_kk_;
+  std::vector<float> beta_, decay_end_;
   // Chunk-local cumulative log-decay b, kept in double (its rounding would enter every
   // exponent), and the factors e^b and e^{b_L - b}: [L] for a scalar decay, [L, dk] diagonal.
   std::vector<double> b_, eb_, eend_;
   std::vector<double> einv_;  // scalar decay: e^{-b}
   bool factored_ = false;     // scalar decay: every |b| <= kMaxFactoredLogDecay
   // The transition chain's W T, and its per-block factors when t_block_ < the chunk.
-  std::vector<float> vt_, w_block_, k_block_, decay_block_;
-  std::vector<float> y_;  // StepWithTransition's [U | 0] - W [S | T]
+  AlignedVector<float> vt_, w_block_, k_block_;
+  std::vector<float> decay_block_;
+  AlignedVector<float> y_;  // StepWithTransition's [U | 0] - W [S | T]
 };
 
 // z [dk, dv] -= T S_init for one head: `dense` T [dk, dk] when not nullptr, else the diagonal
@@ -596,11 +598,11 @@ void RunHeads(Variant variant, const Shape& shape, const Inputs& in, const float
   // chains run in final_state itself where nothing else needs the state they start from (no
   // S(C|0) to separate): a compose's 8-token seam steps update the running state in place, with
   // no copy in and out per step. Elsewhere in `s`. Buffers are written before read (no zeroing
-  // pass).
+  // pass), on cache lines as the kernel's own.
   const bool in_place = out.final_state != nullptr && out.zero_state == nullptr;
-  UninitializedVector<float> s(in_place ? 0 : heads * state_floats);
-  UninitializedVector<float> t(dense_t ? heads * t_floats : 0);
-  UninitializedVector<float> x(dense_t && main_chain ? heads * dk * nx : 0);
+  AlignedUninitializedVector<float> s(in_place ? 0 : heads * state_floats);
+  AlignedUninitializedVector<float> t(dense_t ? heads * t_floats : 0);
+  AlignedUninitializedVector<float> x(dense_t && main_chain ? heads * dk * nx : 0);
   const auto state_of = [&](int j) {  // head h0 + j's state chain
     return in_place ? out.final_state + (h0 + j) * state_floats : s.data() + j * state_floats;
   };

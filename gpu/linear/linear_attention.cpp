@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "gpu/cpu/compute_threads.h"
 #include "gpu/cpu/gemm.h"
 #include "gpu/linear/linear_internal.h"
@@ -270,7 +271,7 @@ void ApplyTransition(TransitionForm form, const Shape& shape, const float* trans
 void ApplyTransitionHeads(TransitionForm form, const Shape& shape, const float* transition,
                           const float* zero_state, float* state, int h0, int h1) {
   const int64_t n = int64_t{shape.dk} * shape.dv;
-  thread_local std::vector<float> tmp;
+  thread_local AlignedVector<float> tmp;  // on cache lines, as the states are
   tmp.resize(static_cast<size_t>(n));
   for (int64_t h = h0; h < h1; ++h) {
     ApplyHead(form, shape, static_cast<int>(h), transition, state + h * n,
