@@ -1,10 +1,15 @@
-// AlignedVector<T> (and AlignedUninitializedVector<T>, whose resize does not zero): a
-// std::vector whose storage starts on a cache-line (64-byte) boundary, for the operands that
-// AMX tile loads and stores move in 64-byte rows, and AVX-512 in 64-byte vectors. malloc
-// aligns to 16 bytes (a block large enough to be mmapped starts 16 bytes past its page), and
-// a row that starts mid-line spans two cache lines: tileloadd then ran 2.7x and tilestored
-// 2.3x slower (1 KiB tiles in L1: 16.3 against 6.1 ns a load, 10.6 against 4.6 a store; Xeon
-// with AMX, 2026-12-07). Same thread-safety as std::vector.
+// Vectors whose storage starts on a cache-line (64-byte) boundary:
+//   - AlignedVector<T>: a std::vector otherwise;
+//   - UninitializedVector<T>: whose resize leaves the new elements of a trivial type
+//     unwritten (default-initialised) instead of zeroing them, for buffers always written
+//     right after they grow: a compose's K/V cache grows by 16k positions and zeroing them
+//     first cost a serial pass of 33 MB (about 2 ms of a 50 ms compose on 2 cores). Reading an
+//     element before writing it is a bug, as for new[].
+// Cache lines, because AMX tile loads and stores move 64-byte rows and AVX-512 64-byte
+// vectors: malloc aligns to 16 bytes (a block large enough to be mmapped starts 16 bytes past
+// its page), and a row that starts mid-line spans two lines. tileloadd then ran 2.7x and
+// tilestored 2.3x slower (1 KiB tiles in L1: 16.3 against 6.1 ns a load, 10.6 against 4.6 a
+// store; Xeon with AMX, 2026-12-07). Same thread-safety as std::vector.
 #pragma once
 
 #include <cstddef>
@@ -17,9 +22,7 @@ namespace hypic {
 inline constexpr size_t kCacheLineBytes = 64;
 
 // Hands out blocks aligned to kCacheLineBytes. Stateless: any two compare equal. With
-// kValueInit false, value-less construction default-initialises (resize leaves a trivial
-// type's new elements unwritten, as UninitializedVector's does: for buffers always written
-// before they are read).
+// kValueInit false, value-less construction default-initialises (UninitializedVector).
 template <typename T, bool kValueInit = true>
 class CacheLineAllocator {
  public:
@@ -55,6 +58,6 @@ class CacheLineAllocator {
 template <typename T>
 using AlignedVector = std::vector<T, CacheLineAllocator<T>>;
 template <typename T>
-using AlignedUninitializedVector = std::vector<T, CacheLineAllocator<T, false>>;
+using UninitializedVector = std::vector<T, CacheLineAllocator<T, false>>;
 
 }  // namespace hypic

@@ -600,9 +600,9 @@ void RunHeads(Variant variant, const Shape& shape, const Inputs& in, const float
   // no copy in and out per step. Elsewhere in `s`. Buffers are written before read (no zeroing
   // pass), on cache lines as the kernel's own.
   const bool in_place = out.final_state != nullptr && out.zero_state == nullptr;
-  AlignedUninitializedVector<float> s(in_place ? 0 : heads * state_floats);
-  AlignedUninitializedVector<float> t(dense_t ? heads * t_floats : 0);
-  AlignedUninitializedVector<float> x(dense_t && main_chain ? heads * dk * nx : 0);
+  UninitializedVector<float> s(in_place ? 0 : heads * state_floats);
+  UninitializedVector<float> t(dense_t ? heads * t_floats : 0);
+  UninitializedVector<float> x(dense_t && main_chain ? heads * dk * nx : 0);
   const auto state_of = [&](int j) {  // head h0 + j's state chain
     return in_place ? out.final_state + (h0 + j) * state_floats : s.data() + j * state_floats;
   };

@@ -25,8 +25,8 @@
 #include <span>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "core/segment_entry.h"
-#include "core/uninitialized_vector.h"
 #include "gpu/model/forward_kernels.h"
 #include "gpu/model/model.h"
 

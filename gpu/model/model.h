@@ -57,10 +57,10 @@
 #include <string_view>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "core/segment_entry.h"
 #include "core/segment_key.h"
 #include "core/status.h"
-#include "core/uninitialized_vector.h"
 #include "gpu/model/checkpoint.h"
 #include "gpu/model/compute_device.h"
 #include "gpu/model/config.h"
@@ -71,7 +71,7 @@ namespace hypic::model {
 class DeviceContextCache;  // forward_kernels.h
 
 // The running state of a prompt after its first n_positions tokens.
-// A layer's state. Growing a buffer does not zero it (core/uninitialized_vector.h): whoever
+// A layer's state. Growing a buffer does not zero it (core/aligned_vector.h): whoever
 // grows one writes what it adds (a pass every K/V position it appends).
 struct LayerState {
   UninitializedVector<float> state;  // linear: [HV, dk, dv]
