@@ -246,11 +246,42 @@ void RopeRowsToBf16(const float* src, int64_t lds, uint16_t* dst, int64_t ldd, i
   }
   const RopeTable table = SharedRopeTable(theta, rotary_dim, pos0 + rows);
   thread_local std::vector<float> computed, block;  // kept: a compose calls this per K block
+  const bool split = rotated % 16 == 0;
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512VL__)
+  // Row by row in registers where the rotated dims fill whole vectors: RotateHead's arithmetic
+  // and ConvertRowsToBf16's roundings (the instruction on its 16-lane chunks of the rest, the
+  // scalar rounding on their tail), so the same bits as the two passes below, without the fp32
+  // block between them (the two passes were most of a compose's K/V packing).
+  if (split) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const int64_t rest = head_dim - rotated, rest16 = rest / 16 * 16;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* in = src + r * lds;
+      const float* cs = RopeCsRow(table, theta, rotary_dim, pos0 + r, &computed);
+      uint16_t* out = dst + r * ldd;
+      for (int64_t i = 0; i < half; i += 8) {
+        const __m256 a = _mm256_loadu_ps(in + i), b = _mm256_loadu_ps(in + half + i);
+        const __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(cs + half + i);
+        // a c - (b s) and b c + (a s), each product rounded before the fma, as RotateHead.
+        const __m256 lo = _mm256_fmadd_ps(a, c, _mm256_xor_ps(_mm256_mul_ps(b, s), sign));
+        const __m256 hi = _mm256_fmadd_ps(b, c, _mm256_mul_ps(a, s));
+        const __m128bh lo16 = _mm256_cvtneps_pbh(lo), hi16 = _mm256_cvtneps_pbh(hi);
+        std::memcpy(out + i, &lo16, sizeof(lo16));
+        std::memcpy(out + half + i, &hi16, sizeof(hi16));
+      }
+      for (int64_t d = rotated; d < rotated + rest16; d += 16) {
+        const __m256bh x16 = _mm512_cvtneps_pbh(_mm512_loadu_ps(in + d));
+        std::memcpy(out + d, &x16, sizeof(x16));
+      }
+      for (int64_t d = rotated + rest16; d < head_dim; ++d) out[d] = F32ToBf16(in[d]);
+    }
+    return;
+  }
+#endif
   // Every row's rotated dims into `block` first, then two roundings of all the rows (two calls
   // per row cost more than the rounding). The rotated dims go alone, or, when they end inside
   // one of ConvertRowsToBf16's 16-lane vectors (which would round the row's two parts by
   // different instructions), with the rest of the row.
-  const bool split = rotated % 16 == 0;
   const int64_t width = split ? rotated : head_dim;
   block.resize(static_cast<size_t>(rows * width));
   for (int64_t r = 0; r < rows; ++r) {

@@ -2,7 +2,8 @@
 // (few rows per expert: experts side by side; many: one after another with the whole budget),
 // fp32 and bf16 weights, at a 2-thread budget; AddRmsNorm against Add and RmsNorm; the tiled
 // SwiGluMlp against the default's whole-rows Gemm, SwiGlu, Gemm and at 1 and 2 threads;
-// RopeRows against ApplyRope on a copy and against the rotation written out per pair;
+// RopeRows against ApplyRope on a copy and against the rotation written out per pair, and
+// RopeRowsToBf16 against RopeRows then the rounding;
 // GdnConvInputsBlocks against the default's GdnConvInputs block by block; LinearSteps against
 // the default's steps one by one.
 #include "gpu/model/cpu_kernels.h"
@@ -285,6 +286,32 @@ TEST_CASE("RoPE's rotation has the same bits in every lane: a c - (b s) and b c 
     }
     for (int64_t d = rotary_dim; d < hd; ++d) {
       CHECK(got[static_cast<size_t>(r * hd + d)] == src[static_cast<size_t>(r * hd + d)]);
+    }
+  }
+}
+
+TEST_CASE("RopeRowsToBf16 gives the bits of RopeRows then the bf16 rounding") {
+  // rotary 16 and 32: the rotated dims fill whole vectors (the fused AVX-512 path); 8 and 24
+  // do not (the two-pass path); 0 rounds only. Head 72: a rest of 16-lane chunks and a tail
+  // of 8, rounded by the instruction and by F32ToBf16 as ConvertRowsToBf16 rounds them.
+  constexpr int64_t hd = 72, lds = hd + 5, ldd = hd + 3, rows = 50;
+  testing::SeededRng rng(31);
+  for (const int64_t pos0 : {int64_t{7}, int64_t{1} << 24}) {  // in the table and past it
+    for (const int64_t rotary_dim : {16, 32, 8, 24, 0}) {
+      CAPTURE(pos0);
+      CAPTURE(rotary_dim);
+      auto src = rng.NormalVector(static_cast<size_t>(rows * lds));
+      // Denormals, zeros of both signs and a NaN, which the two roundings treat differently.
+      src[3] = 1e-40f;
+      src[static_cast<size_t>(lds + 70)] = -1e-41f;
+      src[static_cast<size_t>(2 * lds + 20)] = -0.0f;
+      src[static_cast<size_t>(3 * lds + 66)] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<float> rotated(static_cast<size_t>(rows * hd));
+      RopeRows(src.data(), lds, rotated.data(), hd, rows, 1, hd, rotary_dim, 1e6, pos0);
+      std::vector<uint16_t> want(static_cast<size_t>(rows * ldd), 0xFFFF), got = want;
+      cpu::ConvertRowsToBf16(rotated.data(), hd, rows, hd, want.data(), ldd);
+      RopeRowsToBf16(src.data(), lds, got.data(), ldd, rows, hd, rotary_dim, 1e6, pos0);
+      CHECK(got == want);  // the padding between rows untouched in both
     }
   }
 }
