@@ -154,7 +154,7 @@ class CpuForwardKernels final : public ForwardKernels {
     float* Reserve(int64_t n);  // at least n floats, the old contents lost if it grows
     float* data = nullptr;
     int64_t capacity = 0;
-    size_t mapped_bytes = 0;  // > 0: an mmap of that size, else from operator new[]
+    size_t mapped_bytes = 0;  // > 0: an mmap of that size, else operator new[] on a cache line
   };
   struct ScratchSet {
     std::vector<Buffer> slots;
