@@ -43,6 +43,8 @@ void AddStoreFlags(CLI::App& sub, Flags& f) {
   sub.add_option("--min-mib", f.min_mib, "Smallest entry in MiB");
   sub.add_option("--max-mib", f.max_mib, "Largest entry in MiB");
   sub.add_option("--log-level", f.log_level, "trace, debug, info, warn, error");
+  sub.add_option("--remote-store", f.store.remote_store,
+                 "Redis URL of a remote tier below the others (redis://host:port; empty: none)");
 }
 
 bool Finish(Flags& f) {

@@ -15,6 +15,8 @@
 #include "gpu/backend.h"
 #include "storage/hbm_tier.h"
 #include "storage/host_tier.h"
+#include "storage/redis_client.h"
+#include "storage/redis_tier.h"
 #include "storage/synthetic_entry.h"
 #include "tools/hypic-stress/ack_log.h"
 
@@ -123,7 +125,16 @@ Result<std::unique_ptr<storage::TierManager>> OpenStore(const StoreConfig& confi
   mo.placement = config.placement;
   mo.policy = config.policy;
   mo.demote_min_hits = 0;  // the stress wants traffic through every tier
-  return storage::TierManager::Create(mo, std::move(hbm), std::move(host), std::move(ssd));
+  std::unique_ptr<storage::RemoteTier> remote;
+  if (!config.remote_store.empty()) {
+    storage::RedisTierOptions ro;
+    HYPIC_ASSIGN_OR_RETURN(ro.address, storage::ParseRedisUrl(config.remote_store));
+    ro.prefix = "hypic-stress:" + config.dir;
+    HYPIC_ASSIGN_OR_RETURN(remote, storage::RedisTier::Create(ro));
+    mo.remote_min_tokens = 0;  // the synthetic entries are short
+  }
+  return storage::TierManager::Create(mo, std::move(hbm), std::move(host), std::move(ssd),
+                                      std::move(remote));
 }
 
 Result<RunReport> Run(const StoreConfig& store, const RunConfig& run) {

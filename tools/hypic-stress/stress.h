@@ -1,6 +1,7 @@
 // The hypic-stress workload and verifier. A run drives random put / get / probe+pin / evict /
 // pin / flush operations from several threads against a TierManager (host RAM over RocksDB by
-// default; a device tier on the CPU backend above it, or no SSD tier at all, as configured) and
+// default; a device tier on the CPU backend above it, or no SSD tier at all, a Redis remote tier
+// below, as configured) and
 // checks every hit against the expected state: the bytes a key must hold are a pure function
 // of its seed (storage/synthetic_entry.h), and acknowledged puts are logged durably (AckLog).
 // Verify reopens a store (after a clean exit or a kill -9), reads back every stored entry and
@@ -36,6 +37,10 @@ struct StoreConfig {
   uint32_t keys = 256;  // seeds 0..keys-1
   uint64_t min_entry_bytes = 1ull << 20;
   uint64_t max_entry_bytes = 4ull << 20;
+  // A Redis URL (redis://host:port) for a remote tier under the others (storage/redis_tier.h):
+  // every put of the run is offered to it, and a local miss fetches from it. Its keys carry
+  // the prefix "hypic-stress:" + dir. Empty: no remote tier.
+  std::string remote_store;
 };
 
 struct RunConfig {
