@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <vector>
 
+#include "core/aligned_vector.h"
 #include "core/dtype.h"
 #include "gpu/cpu/gemm.h"
 #include "tools/hypic-bench/bench_timing.h"
@@ -33,12 +33,15 @@ struct GemmPeaks {
 inline GemmPeaks MeasureGemmPeaks(int reps = 7) {
   constexpr int64_t n = 2048;
   const auto size = static_cast<size_t>(n * n);
-  std::vector<float> a(size), b(size), c(size);
+  // On cache lines, as the runtime's own operands (core/aligned_vector.h): from a malloc'd
+  // vector oneDNN's AMX tiles load and store rows that span two lines, and the "peak" was the
+  // library slowed down, not its best.
+  AlignedVector<float> a(size), b(size), c(size);
   for (size_t i = 0; i < size; ++i) {
     a[i] = static_cast<float>(i % 17) * 0.01f;
     b[i] = static_cast<float>(i % 13) * 0.01f;
   }
-  std::vector<uint16_t> a16(size), b16(size);
+  AlignedVector<uint16_t> a16(size), b16(size);
   cpu::ConvertRowsToBf16(a.data(), n, n, n, a16.data(), n);
   cpu::ConvertRowsToBf16(b.data(), n, n, n, b16.data(), n);
   const double flop = 2.0 * static_cast<double>(n * n * n);
