@@ -452,21 +452,17 @@ void TransposePairs16(const Bf16PairAlias* rows, int64_t ld, uint32_t* out) {
 }
 
 PackedKv PackKv(const AttentionShape& shape, const KvRope& rope, std::span<const KvSpan> kv,
-                int64_t keys, std::vector<uint32_t>* buffer) {
+                int64_t keys, AlignedVector<uint32_t>* buffer) {
   const int64_t hd = shape.head_dim, pairs = hd / 2, ldk = shape.kv_heads * hd;
   const int64_t blocks = (keys + kKBlock - 1) / kKBlock;
   const int64_t per_head = blocks * kKBlock * pairs, per_tensor = shape.kv_heads * per_head;
-  // The layouts start at the buffer's first cache-line boundary (a vector's storage is only
-  // 16-byte aligned), so every 64-byte row the tiles load is one cache line
-  // (core/aligned_vector.h). Every element is written below, so growing the buffer is the
-  // only fill.
-  constexpr auto kSlack = static_cast<int64_t>(kCacheLineBytes / sizeof(uint32_t));
-  if (buffer->size() < static_cast<size_t>(2 * per_tensor + kSlack)) {
-    buffer->resize(static_cast<size_t>(2 * per_tensor + kSlack));
+  // Every element is written below, so growing the buffer is the only fill. It starts on a cache
+  // line, and per_head is a multiple of 16 pairs, so every 64-byte row the tiles load is one
+  // line (core/aligned_vector.h).
+  if (buffer->size() < static_cast<size_t>(2 * per_tensor)) {
+    buffer->resize(static_cast<size_t>(2 * per_tensor));
   }
-  const auto misalignment = reinterpret_cast<uintptr_t>(buffer->data()) % kCacheLineBytes;
-  uint32_t* kp =
-      buffer->data() + (kCacheLineBytes - misalignment) % kCacheLineBytes / sizeof(uint32_t);
+  uint32_t* kp = buffer->data();
   uint32_t* vp = kp + per_tensor;
   cpu::ParallelFor(shape.kv_heads * blocks, 4, [&](int64_t i0, int64_t i1) {
     std::vector<uint16_t> rows16(static_cast<size_t>(kKBlock * hd));
@@ -865,7 +861,7 @@ bool UseAmx(int64_t) { return false; }
 
 void AttentionBf16(const AttentionShape& shape, const KvRope& rope, const float* q,
                    std::span<const KvSpan> kv, float* out, std::span<const int64_t> positions,
-                   std::vector<uint32_t>* pack_buffer) {
+                   AlignedVector<uint32_t>* pack_buffer) {
   const auto rows = static_cast<int64_t>(positions.size());
   const int64_t hd = shape.head_dim, pairs = hd / 2, group = shape.heads / shape.kv_heads;
   const int64_t ldq = shape.heads * hd;
@@ -1019,7 +1015,7 @@ const char* AttentionKernelName(int64_t head_dim, bool bf16_products) {
 
 void CausalAttention(const AttentionShape& shape, const KvRope& rope, const float* q,
                      std::span<const KvSpan> kv, float* out, std::span<const int64_t> positions,
-                     std::vector<uint32_t>* pack_buffer, std::vector<float>* contiguous) {
+                     AlignedVector<uint32_t>* pack_buffer, std::vector<float>* contiguous) {
   if (positions.empty()) return;
 #ifdef HYPIC_BF16_ATTENTION
   if (shape.bf16_products && HasBf16Attention(shape.head_dim) &&
@@ -1047,7 +1043,7 @@ void CausalAttention(const AttentionShape& shape, const KvRope& rope, const floa
 
 void CausalAttention(const AttentionShape& shape, const float* q, const float* k, const float* v,
                      float* out, std::span<const int64_t> positions,
-                     std::vector<uint32_t>* pack_buffer) {
+                     AlignedVector<uint32_t>* pack_buffer) {
   if (positions.empty()) return;
   const KvSpan all{.pos0 = 0, .n = positions.back() + 1, .k = k, .v = v, .rope = false};
   CausalAttention(shape, {}, q, std::span(&all, 1), out, positions, pack_buffer, nullptr);

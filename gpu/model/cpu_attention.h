@@ -26,6 +26,7 @@
 #include <span>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "gpu/model/forward_kernels.h"
 
 namespace hypic::model {
@@ -50,7 +51,7 @@ const char* AttentionKernelName(int64_t head_dim, bool bf16_products);
 // per element of k and v).
 void CausalAttention(const AttentionShape& shape, const float* q, const float* k, const float* v,
                      float* out, std::span<const int64_t> positions,
-                     std::vector<uint32_t>* pack_buffer);
+                     AlignedVector<uint32_t>* pack_buffer);
 
 // The same with K/V as spans covering positions [0, positions.back()] in order
 // (ForwardKernels::AttentionSpans), each read in place, a `rope` span's K rotated (ApplyRope's
@@ -59,6 +60,6 @@ void CausalAttention(const AttentionShape& shape, const float* q, const float* k
 // caller). The same bits as CausalAttention over caches holding the rotated rows.
 void CausalAttention(const AttentionShape& shape, const KvRope& rope, const float* q,
                      std::span<const KvSpan> kv, float* out, std::span<const int64_t> positions,
-                     std::vector<uint32_t>* pack_buffer, std::vector<float>* contiguous);
+                     AlignedVector<uint32_t>* pack_buffer, std::vector<float>* contiguous);
 
 }  // namespace hypic::model

@@ -245,7 +245,7 @@ void RopeRowsToBf16(const float* src, int64_t lds, uint16_t* dst, int64_t ldd, i
     return;
   }
   const RopeTable table = SharedRopeTable(theta, rotary_dim, pos0 + rows);
-  thread_local std::vector<float> computed, block;  // kept: a compose calls this per K block
+  thread_local std::vector<float> computed;  // a row past the table (kept between calls)
   const bool split = rotated % 16 == 0;
 #if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512VL__)
   // Row by row in registers where the rotated dims fill whole vectors: RotateHead's arithmetic
@@ -283,6 +283,7 @@ void RopeRowsToBf16(const float* src, int64_t lds, uint16_t* dst, int64_t ldd, i
   // one of ConvertRowsToBf16's 16-lane vectors (which would round the row's two parts by
   // different instructions), with the rest of the row.
   const int64_t width = split ? rotated : head_dim;
+  thread_local std::vector<float> block;  // kept: a compose calls this per K block
   block.resize(static_cast<size_t>(rows * width));
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = src + r * lds;

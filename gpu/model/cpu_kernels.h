@@ -168,7 +168,7 @@ class CpuForwardKernels final : public ForwardKernels {
     std::vector<int64_t> expert_out_offsets;        // ... each expert's first element in it
     std::vector<std::vector<int64_t>> expert_rows;  // MoeExperts' routing, per expert
     std::vector<std::vector<float>> expert_weights;
-    std::vector<uint32_t> kv_pack;  // bf16 attention's packed K and V
+    AlignedVector<uint32_t> kv_pack;  // bf16 attention's packed K and V
     // GdnConvInputsBlocks: the conv state each block starts from, and the blocks' row tiles.
     std::vector<float> conv_starts;
     struct RowTile {

@@ -28,7 +28,7 @@ using testing::RelErr;
 
 std::vector<float> CpuAttention(const AttentionProblem& p) {
   std::vector<float> out(p.q.size(), -1.0f);
-  std::vector<uint32_t> pack;
+  AlignedVector<uint32_t> pack;
   CausalAttention(p.shape, p.q.data(), p.k.data(), p.v.data(), out.data(), p.positions, &pack);
   return out;
 }

@@ -68,7 +68,7 @@ std::vector<float> Run(const AttentionProblem& c, bool bf16, int threads) {
   AttentionShape shape = c.shape;
   shape.bf16_products = bf16;
   std::vector<float> out(c.q.size(), -1.0f);
-  std::vector<uint32_t> pack;
+  AlignedVector<uint32_t> pack;
   CausalAttention(shape, c.q.data(), c.k.data(), c.v.data(), out.data(), c.positions, &pack);
   return out;
 }
@@ -217,7 +217,7 @@ TEST_CASE("spans of bf16 or f16 entries give the bits of the same K/V widened to
       shape.bf16_products = bf16;
       cpu::ScopedComputeThreads budget(2);
       std::vector<float> want(c.q.size(), -1.0f), got(c.q.size(), -2.0f), contiguous;
-      std::vector<uint32_t> pack;
+      AlignedVector<uint32_t> pack;
       const auto wide = spans(false), narrow = spans(true);
       CausalAttention(shape, rope, c.q.data(), wide, want.data(), c.positions, &pack, &contiguous);
       CausalAttention(shape, rope, c.q.data(), narrow, got.data(), c.positions, &pack, &contiguous);
@@ -263,7 +263,7 @@ TEST_CASE("a rope span's K gives the bits of the same K rotated before the call"
         shape.bf16_products = bf16;
         cpu::ScopedComputeThreads budget(threads);
         std::vector<float> want(c.q.size(), -1.0f), got(c.q.size(), -2.0f), contiguous;
-        std::vector<uint32_t> pack;
+        AlignedVector<uint32_t> pack;
         CausalAttention(shape, rope, c.q.data(), pre_rotated, want.data(), c.positions, &pack,
                         &contiguous);
         CausalAttention(shape, rope, c.q.data(), read_rotated, got.data(), c.positions, &pack,

@@ -441,7 +441,7 @@ TEST_CASE("CUDA attention matches CausalAttention: tiles, GQA, split-K") {
     const std::vector<float> v =
         rng.NormalVector(static_cast<size_t>(keys * sh.kv_heads * sh.head_dim));
     std::vector<float> want(q.size()), got(q.size(), -1.0f);
-    std::vector<uint32_t> pack;
+    AlignedVector<uint32_t> pack;
     CausalAttention(sh, q.data(), k.data(), v.data(), want.data(), c.positions, &pack);
 
     auto kernels = CreateCudaForwardKernels(*ctx);
