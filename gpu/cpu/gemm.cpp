@@ -21,6 +21,7 @@
 #endif
 
 #include "core/dtype.h"
+#include "gpu/cpu/amx.h"
 #include "gpu/cpu/compute_threads.h"
 #include "gpu/cpu/row_stable_gemm.h"
 
@@ -363,6 +364,16 @@ const memory::desc* PackedLayout(int64_t n, int64_t k) {
   return layout.get();
 }
 
+// oneDNN's BA16a64b2a for a [k, n] bf16 operand (AmxGemmRows' layout: amx_gemm.h).
+bool IsAmxBlocked(const memory::desc& layout) {
+  const dnnl_memory_desc_t& d = layout.data;
+  if (d.format_kind != dnnl_blocked || d.ndims != 2) return false;
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  return b.inner_nblks == 3 && b.inner_blks[0] == 16 && b.inner_idxs[0] == 0 &&
+         b.inner_blks[1] == 64 && b.inner_idxs[1] == 1 && b.inner_blks[2] == 2 &&
+         b.inner_idxs[2] == 0;
+}
+
 void Reorder(const memory::desc& from, const void* src, const memory::desc& to, void* dst) {
   try {
     memory s(from, Engine(), const_cast<void*>(src)), d(to, Engine(), dst);
@@ -490,7 +501,12 @@ PackedBf16Weight::PackedBf16Weight(const uint16_t* w, int64_t n, int64_t k)
     PackRowStablePanels(w, n, k, static_cast<uint16_t*>(data_));
     return;
   }
-  Reorder(PlainWeight(n, k), w, *static_cast<const memory::desc*>(layout_), data_);
+  const auto& layout = *static_cast<const memory::desc*>(layout_);
+  Reorder(PlainWeight(n, k), w, layout, data_);
+  if (AmxUsable() && AmxGemmTakes(n, k) && IsAmxBlocked(layout)) {
+    const auto& strides = layout.data.format_desc.blocking.strides;
+    amx_ = {static_cast<const uint16_t*>(data_), n, k, strides[0], strides[1]};
+  }
 }
 
 PackedBf16Weight::~PackedBf16Weight() { std::free(data_); }
@@ -507,6 +523,17 @@ void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf
   const auto* layout = static_cast<const memory::desc*>(w.layout());
   const auto* b = static_cast<const uint16_t*>(w.data());
   if (layout == nullptr) return RowStableGemmPanels(m, n, k, alpha, a, lda, b, beta, c, ldc);
+  if (const AmxBlockedWeight* amx = w.amx_blocked(); amx != nullptr && m > 0 &&
+                                                     m <= kAmxGemmMaxRows && alpha == 1.0f &&
+                                                     beta == 0.0f && lda == k && ldc == n) {
+    if (m % 16 == 0) return AmxGemmRows(m, a, lda, *amx, c, ldc);
+    const int64_t rows = (m + 15) / 16 * 16;
+    return RunPadded<uint16_t>(
+        Trans::kNo, m, rows, n, k, a, lda, beta, c, ldc,
+        [&](const uint16_t* a_pad, int64_t lda_pad, float* c_pad, int64_t ldc_pad) {
+          AmxGemmRows(rows, a_pad, lda_pad, *amx, c_pad, ldc_pad);
+        });
+  }
   // A row-major A: CachedGemm pads a lone row itself (no Bf16Rows needed).
   if (CachedGemm(memory::data_type::bf16, Trans::kNo, Trans::kYes, m, n, k, alpha, a, lda, b, k,
                  beta, c, ldc, layout)) {

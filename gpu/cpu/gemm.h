@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/aligned_vector.h"
+#include "gpu/cpu/amx_gemm.h"
 
 namespace hypic::cpu {
 
@@ -87,17 +88,23 @@ class PackedBf16Weight {
   // null for RowStableGemm's panels.
   const void* layout() const { return layout_; }
   const void* data() const { return data_; }
+  // The weight as AmxGemmRows reads it, or null where that kernel does not run (no AMX, another
+  // layout, a shape it does not take).
+  const AmxBlockedWeight* amx_blocked() const { return amx_.data != nullptr ? &amx_ : nullptr; }
 
  private:
   int64_t n_, k_;
   size_t bytes_;
   const void* layout_;
   void* data_;
+  AmxBlockedWeight amx_{};
 };
 
 // C = alpha A W^T + beta C for A [m, k] bf16 (row stride lda) and a packed W [n, k], fp32
 // accumulation and C. The same bits per row as the plain-layout bf16 Gemm with tb = kYes
-// whatever m (tests/gpu/cpu/gemm_test.cpp).
+// whatever m (tests/gpu/cpu/gemm_test.cpp). Products of up to kAmxGemmMaxRows rows with alpha 1,
+// beta 0 and dense rows (lda == k, ldc == n) run on AmxGemmRows where the weight allows
+// (amx_blocked()), the rest on oneDNN: its kernels sum in another order when a stride is wider.
 void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf16Weight& w,
           float beta, float* c, int64_t ldc);
 // The same for fp32 A [m, k], rounded to bf16 (F32ToBf16, as ConvertRowsToBf16) first: the

@@ -11,6 +11,7 @@
 
 #include "core/aligned_vector.h"
 #include "core/dtype.h"
+#include "gpu/cpu/amx.h"
 #include "gpu/cpu/compute_threads.h"
 #include "gpu/cpu/gemm.h"
 #include "gpu/cpu/row_stable_gemm.h"
@@ -21,10 +22,7 @@
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #include <immintrin.h>
 #define HYPIC_BF16_ATTENTION 1
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#ifdef HYPIC_AMX
 #define HYPIC_AMX_ATTENTION 1
 #endif
 #endif
@@ -677,51 +675,8 @@ void PvRows(const Bf16PairAlias* pp, int64_t ldp, const uint32_t* vp, int64_t hd
 // and a 16-pair x 16-column B tile (lane pairs as vdpbf16ps's), accumulating 16 x 16 fp32; the
 // packed K (per 16-key group, pairs then lanes) and V (per key pair, columns) are already B
 // tiles. A group is kAmxRows query rows; a row's bits still depend only on its own Q row.
-// Every tile is configured 16 rows x 64 bytes; tile numbers are immediates.
+// Tiles as gpu/cpu/amx.h configures them (16 rows x 64 bytes); tile numbers are immediates.
 constexpr int64_t kAmxRows = 16;
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// The CPU has AMX-TILE and AMX-BF16 and the kernel lets this process use the tile state
-// (Linux asks for it once per process: arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA).
-bool AmxUsable() {
-  static const bool usable = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
-    constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;
-    if ((d & kAmxBf16) == 0 || (d & kAmxTile) == 0) return false;
-    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
-  return usable;
-}
-
-// Holds the tile configuration on the constructing thread; released when destroyed (an idle
-// thread then has no tile state for the kernel to save).
-class ScopedTiles {
- public:
-  [[gnu::target("amx-tile")]] ScopedTiles() {
-    TileConfig cfg;
-    for (int t = 0; t < 8; ++t) {
-      cfg.bytes_per_row[t] = 64;
-      cfg.rows[t] = 16;
-    }
-    // GCC 12 treats ldtilecfg as reading less than its 64 bytes and drops the stores of the
-    // rows and widths when the constructor is inlined (the tiles then fault, SIGILL, on first
-    // use); the barrier makes every store of cfg happen first.
-    asm volatile("" : : "r"(&cfg) : "memory");
-    _tile_loadconfig(&cfg);
-  }
-  [[gnu::target("amx-tile")]] ~ScopedTiles() { _tile_release(); }
-  ScopedTiles(const ScopedTiles&) = delete;
-  ScopedTiles& operator=(const ScopedTiles&) = delete;
-};
 
 // s[16 rows][16 * groups keys] = Q K^T for the group's 16 bf16 Q rows (q16, row stride hd) and
 // `groups` (even) packed 16-key groups at kp, for hd = 32 kChunks (64 or 128). The Q row
@@ -854,7 +809,7 @@ template <int kChunks>
 }
 
 // AMX takes the products when the machine has it and the head suits the tiles.
-bool UseAmx(int64_t head_dim) { return head_dim % 64 == 0 && AmxUsable(); }
+bool UseAmx(int64_t head_dim) { return head_dim % 64 == 0 && cpu::AmxUsable(); }
 #else
 bool UseAmx(int64_t) { return false; }
 #endif  // HYPIC_AMX_ATTENTION
@@ -878,7 +833,7 @@ void AttentionBf16(const AttentionShape& shape, const KvRope& rope, const float*
   // a kv head each, where two items a thread left the second thread idle).
   cpu::ParallelFor(shape.kv_heads * tiles, 1, [&](int64_t i0, int64_t i1) {
 #ifdef HYPIC_AMX_ATTENTION
-    std::optional<ScopedTiles> tiles_held;
+    std::optional<cpu::ScopedTiles> tiles_held;
     if (amx) tiles_held.emplace();
 #endif
     const auto per_head = [&](int64_t n) { return static_cast<size_t>(group * n); };

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "gpu/cpu/amx.h"
 #include "gpu/cpu/compute_threads.h"
 #include "gpu/cpu/row_stable_gemm.h"
 #include "tests/support/seeded_rng.h"
@@ -393,6 +394,51 @@ TEST_CASE("a packed bf16 weight gives the plain layout's product and unpacks exa
         AlignedVector<uint16_t> scratch;
         GemmRoundingA(m, 0.5f, x.data(), k, packed, beta, rounding.data(), n, &scratch);
         CHECK(std::memcmp(rounding.data(), blocked.data(), rounding.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("few rows on a packed weight: AMX tiles where the CPU has them, oneDNN's bits") {
+  // Products of up to kAmxGemmMaxRows dense rows (alpha 1, beta 0) run on AmxGemmRows, read
+  // in oneDNN's layout; bigger ones on oneDNN. Each row must come out with the bits it has in a
+  // bigger call. Shapes: 16 whole column blocks; a last block of 16 columns (1552); three
+  // column tiles (one pair and one alone); k of 2 and 32 depth blocks. With strided A or C
+  // (where oneDNN sums in another order) the product stays on oneDNN, the bits the same too,
+  // and C's padding untouched.
+  testing::SeededRng rng(29);
+  const bool amx = AmxUsable() && DescribeGemm().bf16_native;
+  if (!amx) MESSAGE("no AMX here (", GemmSummary(), "): every product below runs on oneDNN");
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{1024, 512}, {1552, 512}, {48, 1024}, {96, 64}}) {
+    std::vector<uint16_t> w16, x16;
+    RoundedToBf16(rng.NormalVector(static_cast<size_t>(n * k)), &w16);
+    const PackedBf16Weight packed(w16.data(), n, k);
+    CHECK((packed.amx_blocked() != nullptr) == amx);
+    const int64_t big = kAmxGemmMaxRows + 32;
+    for (auto [lda, ldc] : {std::pair<int64_t, int64_t>{k, n}, {k + 32, n + 3}}) {
+      const bool dense = lda == k;
+      RoundedToBf16(rng.NormalVector(static_cast<size_t>(big * lda)), &x16);
+      std::vector<float> reference(static_cast<size_t>(big * ldc));
+      Gemm(big, 1.0f, x16.data(), lda, packed, 0.0f, reference.data(), ldc);
+      for (int64_t m :
+           {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{40}, int64_t{100}, kAmxGemmMaxRows}) {
+        for (int threads : {1, 2}) {
+          ScopedComputeThreads budget(threads);
+          std::vector<float> c(static_cast<size_t>(m * ldc),
+                               std::numeric_limits<float>::quiet_NaN());
+          if (!dense) c[static_cast<size_t>(n)] = 7.0f;  // row 0's padding
+          const uint64_t calls = AmxGemmCalls();
+          Gemm(m, 1.0f, x16.data(), lda, packed, 0.0f, c.data(), ldc);
+          INFO("n=", n, " k=", k, " m=", m, " threads=", threads, " dense=", dense);
+          CHECK(AmxGemmCalls() == calls + (amx && dense ? 1 : 0));
+          int64_t differ = 0;
+          for (int64_t r = 0; r < m; ++r) {
+            differ += std::memcmp(c.data() + r * ldc, reference.data() + r * ldc,
+                                  static_cast<size_t>(n) * sizeof(float)) != 0;
+          }
+          CHECK(differ == 0);
+          if (!dense) CHECK(c[static_cast<size_t>(n)] == 7.0f);
+        }
       }
     }
   }

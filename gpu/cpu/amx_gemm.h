@@ -1,0 +1,48 @@
+// A bf16 product of few rows on AMX tiles, C = A W^T, against a weight in the blocked layout
+// oneDNN packs it into for its AMX kernels, read in place (PackedBf16Weight's data: gemm.h).
+//
+// Why: a compose's or a decode step's products have a few dozen rows against weights that are
+// not in cache (an expert's ~40 rows, 1 MiB of weight). oneDNN's kernel leaves the weight's
+// stream to the hardware prefetchers (7 GB/s a thread on a Xeon where the core streams 13) and
+// pays a primitive call's fixed cost; this one prefetches the next 64 columns' block into L2
+// while it multiplies the current one: 1.3x on such products, the same on cached ones.
+//
+// Exactness: each C element is one chain of tdpbf16ps over k's blocks of 32 in order, from
+// zero, which is what oneDNN's brgemm computes for the same layout with dense A and C rows: the
+// same bits, so a row's result does not depend on which of the two ran it
+// (tests/gpu/cpu/gemm_test.cpp). With a wider row stride oneDNN sums in another order, so the
+// packed Gemm sends only dense products here.
+//
+// Threads: the calling thread's ComputeThreads(), over blocks of 64 columns. Thread-safe.
+#pragma once
+
+#include <cstdint>
+
+namespace hypic::cpu {
+
+// oneDNN's BA16a64b2a for W^T [k, n]: blocks of 32 k (16 pairs) by 64 columns, each
+// [16 pairs][64 columns][2], zero past k and n.
+struct AmxBlockedWeight {
+  const uint16_t* data;
+  int64_t n, k;
+  int64_t k_block_stride;  // elements from one block of 32 k to the next
+  int64_t n_block_stride;  // elements from one block of 64 columns to the next
+};
+
+// Calls with at most this many rows run here (gemm.h's packed Gemm): up to it this kernel was
+// as fast as oneDNN's with the weight in cache and 1.1-1.3x faster without (k 512, n 512-1024,
+// one thread, Xeon family 6 model 167); on bigger ones A no longer stays in cache.
+inline constexpr int64_t kAmxGemmMaxRows = 128;
+
+// The shapes this kernel takes: k a multiple of 32, n of 16 (else oneDNN runs the product).
+bool AmxGemmTakes(int64_t n, int64_t k);
+
+// C [m, n] (row stride ldc) = A [m, k] (bf16, row stride lda) W^T, fp32 (REQUIRES:
+// AmxUsable(), AmxGemmTakes(w.n, w.k), m a multiple of 16).
+void AmxGemmRows(int64_t m, const uint16_t* a, int64_t lda, const AmxBlockedWeight& w, float* c,
+                 int64_t ldc);
+
+// Products run by AmxGemmRows so far, in this process (for tests).
+uint64_t AmxGemmCalls();
+
+}  // namespace hypic::cpu
