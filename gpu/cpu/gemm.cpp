@@ -734,6 +734,8 @@ const GemmInfo& DescribeGemm() {
     i.cpu_isa = IsaName(dnnl::get_effective_cpu_isa());
     i.f32_onednn = OneDnnRowStable();
     i.bf16_native = NativeBf16Matmul();
+    // PackedBf16Weight takes AmxGemmRows wherever oneDNN packs for its AMX kernels.
+    i.bf16_few_rows_amx = i.bf16_native && AmxUsable() && IsAmxBlocked(*PackedLayout(64, 64));
     return i;
   }();
   return info;
@@ -741,8 +743,9 @@ const GemmInfo& DescribeGemm() {
 
 std::string GemmSummary() {
   const GemmInfo& i = DescribeGemm();
-  return fmt::format("{}, f32 {}, bf16 {} (isa {})", i.library, i.f32_kernel, i.bf16_kernel,
-                     i.cpu_isa);
+  return fmt::format(
+      "{}, f32 {}, bf16 {} (isa {}){}", i.library, i.f32_kernel, i.bf16_kernel, i.cpu_isa,
+      i.bf16_few_rows_amx ? fmt::format(", bf16 <= {} rows: hypic amx", kAmxGemmMaxRows) : "");
 }
 
 GemmCacheStats GemmCacheCounters() { return Cache().Stats(); }

@@ -150,9 +150,11 @@ struct GemmInfo {
   std::string cpu_isa;       // the most capable ISA oneDNN detected ("avx512_core_amx", ...)
   bool f32_onednn = false;   // fp32 products run on oneDNN (else on RowStableGemm)
   bool bf16_native = false;  // oneDNN has a bf16 matmul here (else bf16 products widen to fp32)
+  bool bf16_few_rows_amx = false;  // packed-weight products of few rows run on AmxGemmRows
 };
 const GemmInfo& DescribeGemm();
-// One line: "onednn 2.6.3, f32 brg:avx512_core, bf16 brg:avx512_core_bf16 (isa avx512_core_bf16)".
+// One line: "onednn 2.6.3, f32 brg:avx512_core, bf16 brg:avx512_core_bf16 (isa avx512_core_bf16)",
+// with ", bf16 <= 128 rows: hypic amx" where AmxGemmRows runs the few-row products.
 std::string GemmSummary();
 
 // Primitives built and cache hits so far (for tests and metrics).

@@ -414,6 +414,7 @@ TEST_CASE("few rows on a packed weight: AMX tiles where the CPU has them, oneDNN
     RoundedToBf16(rng.NormalVector(static_cast<size_t>(n * k)), &w16);
     const PackedBf16Weight packed(w16.data(), n, k);
     CHECK((packed.amx_blocked() != nullptr) == amx);
+    CHECK(DescribeGemm().bf16_few_rows_amx == amx);
     const int64_t big = kAmxGemmMaxRows + 32;
     for (auto [lda, ldc] : {std::pair<int64_t, int64_t>{k, n}, {k + 32, n + 3}}) {
       const bool dense = lda == k;
