@@ -30,9 +30,10 @@ struct AmxBlockedWeight {
 };
 
 // Calls with at most this many rows run here (gemm.h's packed Gemm): up to it this kernel was
-// as fast as oneDNN's with the weight in cache and 1.1-1.3x faster without (k 512, n 512-1024,
-// one thread, Xeon family 6 model 167); on bigger ones A no longer stays in cache.
-inline constexpr int64_t kAmxGemmMaxRows = 128;
+// as fast as oneDNN's with the weight in cache and 1.1-1.4x faster without (k 512, n 512-1024,
+// one thread, Xeon family 6 model 167); from 512 rows slower (A no longer stays in cache).
+// 256 rather than 128 takes a compose's 160-row projections too: 0.96-0.99x a compose.
+inline constexpr int64_t kAmxGemmMaxRows = 256;
 
 // The shapes this kernel takes: k a multiple of 32, n of 16 (else oneDNN runs the product).
 bool AmxGemmTakes(int64_t n, int64_t k);

@@ -154,7 +154,7 @@ struct GemmInfo {
 };
 const GemmInfo& DescribeGemm();
 // One line: "onednn 2.6.3, f32 brg:avx512_core, bf16 brg:avx512_core_bf16 (isa avx512_core_bf16)",
-// with ", bf16 <= 128 rows: hypic amx" where AmxGemmRows runs the few-row products.
+// with ", bf16 <= 256 rows: hypic amx" where AmxGemmRows runs the few-row products.
 std::string GemmSummary();
 
 // Primitives built and cache hits so far (for tests and metrics).
