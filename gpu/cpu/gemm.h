@@ -9,9 +9,10 @@
 // most kGemmRowBlock, then a multiple of 16, then a tail of fewer than 16, so the shapes a
 // weight sees stay few however the row count varies from call to call; where copying them is
 // cheaper than reading B again, the last two go as one call padded to a multiple of 16 (a
-// row's bits are the same either way). GemmAnyShape is for
-// products whose inner dimensions change with every call (attention over a growing context):
-// oneDNN's dnnl_sgemm, which has no per-shape set-up. On CPUs without AVX-512, where
+// row's bits are the same either way). On AMX machines a packed bf16 weight's products of few
+// rows run on hypic's own tile kernel instead (amx_gemm.h), with oneDNN's bits. GemmAnyShape is
+// for products whose inner dimensions change with every call (attention over a growing
+// context): oneDNN's dnnl_sgemm, which has no per-shape set-up. On CPUs without AVX-512, where
 // oneDNN's fp32 kernels give a row different bits in calls of different shapes, every fp32
 // product runs on RowStableGemm instead (row_stable_gemm.h), and bf16 ones widen to fp32
 // there (oneDNN 2.6 has no bf16 matmul below AVX-512): GemmInfo says which.
