@@ -21,6 +21,10 @@
 #include "gpu/cpu/row_stable_gemm.h"
 #include "tests/support/seeded_rng.h"
 
+#ifdef HYPIC_AMX
+#include <immintrin.h>
+#endif
+
 namespace hypic::cpu {
 namespace {
 
@@ -443,6 +447,48 @@ TEST_CASE("few rows on a packed weight: AMX tiles where the CPU has them, oneDNN
       }
     }
   }
+}
+
+#ifdef HYPIC_AMX
+// Tile 0 zeroed and stored as 16 x 16 floats: a tile instruction of the caller's own.
+[[gnu::target("amx-tile")]] void StoreZeroTile(float* out) {
+  _tile_zero(0);
+  _tile_stored(0, out, 64);
+}
+#endif
+
+TEST_CASE("AMX tile scopes nest: a product inside a held scope leaves the tiles configured") {
+#ifdef HYPIC_AMX
+  if (!AmxUsable()) {
+    MESSAGE("skipped: no AMX here (", GemmSummary(), ")");
+    return;
+  }
+  // A kernel that holds the tiles (the attention) may run a product that takes them too: the
+  // inner scope must neither reconfigure nor release them, or the outer kernel's next tile
+  // instruction faults. Two products in one held scope, then after it, the same bits.
+  testing::SeededRng rng(31);
+  constexpr int64_t m = 16, n = 64, k = 64;
+  std::vector<uint16_t> w16, x16;
+  RoundedToBf16(rng.NormalVector(static_cast<size_t>(n * k)), &w16);
+  RoundedToBf16(rng.NormalVector(static_cast<size_t>(m * k)), &x16);
+  const PackedBf16Weight packed(w16.data(), n, k);
+  REQUIRE(packed.amx_blocked() != nullptr);
+  ScopedComputeThreads one(1);
+  std::vector<float> alone(m * n), first(m * n), second(m * n);
+  Gemm(m, 1.0f, x16.data(), k, packed, 0.0f, alone.data(), n);
+  std::vector<float> zeros(16 * 16, 1.0f);
+  {
+    const ScopedTiles held;
+    Gemm(m, 1.0f, x16.data(), k, packed, 0.0f, first.data(), n);
+    Gemm(m, 1.0f, x16.data(), k, packed, 0.0f, second.data(), n);
+    StoreZeroTile(zeros.data());  // faults (SIGILL) if the products released the tiles
+  }
+  CHECK(first == alone);
+  CHECK(second == alone);
+  CHECK(zeros == std::vector<float>(16 * 16, 0.0f));
+#else
+  MESSAGE("skipped: this build has no AMX kernels");
+#endif
 }
 
 TEST_CASE("rounding A inside the product rounds as F32ToBf16: ties to even, carries") {
