@@ -505,7 +505,8 @@ PackedBf16Weight::PackedBf16Weight(const uint16_t* w, int64_t n, int64_t k)
   Reorder(PlainWeight(n, k), w, layout, data_);
   if (AmxUsable() && AmxGemmTakes(n, k) && IsAmxBlocked(layout)) {
     const auto& strides = layout.data.format_desc.blocking.strides;
-    amx_ = {static_cast<const uint16_t*>(data_), n, k, strides[0], strides[1]};
+    amx_k_stride_ = strides[0];
+    amx_n_stride_ = strides[1];
   }
 }
 
@@ -523,9 +524,9 @@ void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf
   const auto* layout = static_cast<const memory::desc*>(w.layout());
   const auto* b = static_cast<const uint16_t*>(w.data());
   if (layout == nullptr) return RowStableGemmPanels(m, n, k, alpha, a, lda, b, beta, c, ldc);
-  if (const AmxBlockedWeight* amx = w.amx_blocked(); amx != nullptr && m > 0 &&
-                                                     m <= kAmxGemmMaxRows && alpha == 1.0f &&
-                                                     beta == 0.0f && lda == k && ldc == n) {
+  if (const std::optional<AmxBlockedWeight> amx = w.amx_blocked();
+      amx && m > 0 && m <= kAmxGemmMaxRows && alpha == 1.0f && beta == 0.0f && lda == k &&
+      ldc == n) {
     if (m % 16 == 0) return AmxGemmRows(m, a, lda, *amx, c, ldc);
     const int64_t rows = (m + 15) / 16 * 16;
     return RunPadded<uint16_t>(

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,16 +90,20 @@ class PackedBf16Weight {
   // null for RowStableGemm's panels.
   const void* layout() const { return layout_; }
   const void* data() const { return data_; }
-  // The weight as AmxGemmRows reads it, or null where that kernel does not run (no AMX, another
-  // layout, a shape it does not take).
-  const AmxBlockedWeight* amx_blocked() const { return amx_.data != nullptr ? &amx_ : nullptr; }
+  // The weight as AmxGemmRows reads it, or nothing where that kernel does not run (no AMX,
+  // another layout, a shape it does not take).
+  std::optional<AmxBlockedWeight> amx_blocked() const {
+    if (amx_n_stride_ == 0) return std::nullopt;
+    return AmxBlockedWeight{static_cast<const uint16_t*>(data_), n_, k_, amx_k_stride_,
+                            amx_n_stride_};
+  }
 
  private:
   int64_t n_, k_;
   size_t bytes_;
   const void* layout_;
   void* data_;
-  AmxBlockedWeight amx_{};
+  int64_t amx_k_stride_ = 0, amx_n_stride_ = 0;  // the AMX layout's block strides; 0: none
 };
 
 // C = alpha A W^T + beta C for A [m, k] bf16 (row stride lda) and a packed W [n, k], fp32

@@ -1,9 +1,9 @@
 // The hypic-stress workload and verifier. A run drives random put / get / probe+pin / evict /
 // pin / flush operations from several threads against a TierManager (host RAM over RocksDB by
 // default; a device tier on the CPU backend above it, or no SSD tier at all, a Redis remote tier
-// below, as configured) and
-// checks every hit against the expected state: the bytes a key must hold are a pure function
-// of its seed (storage/synthetic_entry.h), and acknowledged puts are logged durably (AckLog).
+// below, as configured) and checks every hit against the expected state: the bytes a key must
+// hold are a pure function of its seed (storage/synthetic_entry.h), and acknowledged puts are
+// logged durably (AckLog).
 // Verify reopens a store (after a clean exit or a kill -9), reads back every stored entry and
 // every acknowledged key, and counts what survived and anything wrong. Thread-safe where noted.
 #pragma once

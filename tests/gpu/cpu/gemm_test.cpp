@@ -417,7 +417,7 @@ TEST_CASE("few rows on a packed weight: AMX tiles where the CPU has them, oneDNN
     std::vector<uint16_t> w16, x16;
     RoundedToBf16(rng.NormalVector(static_cast<size_t>(n * k)), &w16);
     const PackedBf16Weight packed(w16.data(), n, k);
-    CHECK((packed.amx_blocked() != nullptr) == amx);
+    CHECK(packed.amx_blocked().has_value() == amx);
     CHECK(DescribeGemm().bf16_few_rows_amx == amx);
     const int64_t big = kAmxGemmMaxRows + 32;
     for (auto [lda, ldc] : {std::pair<int64_t, int64_t>{k, n}, {k + 32, n + 3}}) {
@@ -472,7 +472,7 @@ TEST_CASE("AMX tile scopes nest: a product inside a held scope leaves the tiles 
   RoundedToBf16(rng.NormalVector(static_cast<size_t>(n * k)), &w16);
   RoundedToBf16(rng.NormalVector(static_cast<size_t>(m * k)), &x16);
   const PackedBf16Weight packed(w16.data(), n, k);
-  REQUIRE(packed.amx_blocked() != nullptr);
+  REQUIRE(packed.amx_blocked().has_value());
   ScopedComputeThreads one(1);
   std::vector<float> alone(m * n), first(m * n), second(m * n);
   Gemm(m, 1.0f, x16.data(), k, packed, 0.0f, alone.data(), n);
