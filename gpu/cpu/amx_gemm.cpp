@@ -113,9 +113,22 @@ void AmxGemmRows(int64_t m, const uint16_t* a, int64_t lda, const AmxBlockedWeig
                  int64_t ldc) {
   amx_calls.fetch_add(1, std::memory_order_relaxed);
   const int64_t blocks = (w.n + kColumnBlock - 1) / kColumnBlock;
-  // Blocks of a few hundred KiB at least to a thread, each thread prefetching its own.
-  ParallelFor(blocks, 4,
-              [&](int64_t nb0, int64_t nb1) { BlockRange(m, a, lda, w, c, ldc, nb0, nb1); });
+  if (m <= kAmxPanelRows) {
+    // Blocks of a few hundred KiB at least to a thread, each thread prefetching its own.
+    ParallelFor(blocks, 4,
+                [&](int64_t nb0, int64_t nb1) { BlockRange(m, a, lda, w, c, ldc, nb0, nb1); });
+    return;
+  }
+  // Each thread its share of the rows, in groups of 16, a panel at a time against every column
+  // block: the panel's A stays in cache while the weight streams past it (from L2 once the
+  // thread's first panel has read it, where it fits).
+  ParallelFor(m / 16, kAmxPanelRows / 32, [&](int64_t g0, int64_t g1) {
+    const ScopedTiles tiles;  // once for the thread's panels (BlockRange's scopes nest in it)
+    for (int64_t r = g0 * 16; r < g1 * 16; r += kAmxPanelRows) {
+      const int64_t rows = std::min(kAmxPanelRows, g1 * 16 - r);
+      BlockRange(rows, a + r * lda, lda, w, c + r * ldc, ldc, 0, blocks);
+    }
+  });
 }
 #else
 void AmxGemmRows(int64_t, const uint16_t*, int64_t, const AmxBlockedWeight&, float*, int64_t) {

@@ -521,20 +521,29 @@ void PackedBf16Weight::Unpack(uint16_t* w) const {
 void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf16Weight& w,
           float beta, float* c, int64_t ldc) {
   const int64_t n = w.n(), k = w.k();
-  const auto* layout = static_cast<const memory::desc*>(w.layout());
-  const auto* b = static_cast<const uint16_t*>(w.data());
-  if (layout == nullptr) return RowStableGemmPanels(m, n, k, alpha, a, lda, b, beta, c, ldc);
   if (const std::optional<AmxBlockedWeight> amx = w.amx_blocked();
-      amx && m > 0 && m <= kAmxGemmMaxRows && alpha == 1.0f && beta == 0.0f && lda == k &&
-      ldc == n) {
-    if (m % 16 == 0) return AmxGemmRows(m, a, lda, *amx, c, ldc);
-    const int64_t rows = (m + 15) / 16 * 16;
+      amx && m > 0 && alpha == 1.0f && beta == 0.0f && lda == k && ldc == n) {
+    // A partial group of 16 runs on padded copies of its rows: all of a few rows' product
+    // (one pass over the weight), only the last group's rows of a bigger one.
+    const int64_t whole = m % 16 == 0 || m > kAmxPanelRows ? m / 16 * 16 : 0;
+    if (whole > 0) AmxGemmRows(whole, a, lda, *amx, c, ldc);
+    if (whole == m) return;
+    const int64_t rest = m - whole, rows = (rest + 15) / 16 * 16;
     return RunPadded<uint16_t>(
-        Trans::kNo, m, rows, n, k, a, lda, beta, c, ldc,
+        Trans::kNo, rest, rows, n, k, a + whole * lda, lda, beta, c + whole * ldc, ldc,
         [&](const uint16_t* a_pad, int64_t lda_pad, float* c_pad, int64_t ldc_pad) {
           AmxGemmRows(rows, a_pad, lda_pad, *amx, c_pad, ldc_pad);
         });
   }
+  OneDnnGemm(m, alpha, a, lda, w, beta, c, ldc);
+}
+
+void OneDnnGemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf16Weight& w,
+                float beta, float* c, int64_t ldc) {
+  const int64_t n = w.n(), k = w.k();
+  const auto* layout = static_cast<const memory::desc*>(w.layout());
+  const auto* b = static_cast<const uint16_t*>(w.data());
+  if (layout == nullptr) return RowStableGemmPanels(m, n, k, alpha, a, lda, b, beta, c, ldc);
   // A row-major A: CachedGemm pads a lone row itself (no Bf16Rows needed).
   if (CachedGemm(memory::data_type::bf16, Trans::kNo, Trans::kYes, m, n, k, alpha, a, lda, b, k,
                  beta, c, ldc, layout)) {
@@ -736,7 +745,7 @@ const GemmInfo& DescribeGemm() {
     i.f32_onednn = OneDnnRowStable();
     i.bf16_native = NativeBf16Matmul();
     // PackedBf16Weight takes AmxGemmRows wherever oneDNN packs for its AMX kernels.
-    i.bf16_few_rows_amx = i.bf16_native && AmxUsable() && IsAmxBlocked(*PackedLayout(64, 64));
+    i.bf16_packed_amx = i.bf16_native && AmxUsable() && IsAmxBlocked(*PackedLayout(64, 64));
     return i;
   }();
   return info;
@@ -744,9 +753,8 @@ const GemmInfo& DescribeGemm() {
 
 std::string GemmSummary() {
   const GemmInfo& i = DescribeGemm();
-  return fmt::format(
-      "{}, f32 {}, bf16 {} (isa {}){}", i.library, i.f32_kernel, i.bf16_kernel, i.cpu_isa,
-      i.bf16_few_rows_amx ? fmt::format(", bf16 <= {} rows: hypic amx", kAmxGemmMaxRows) : "");
+  return fmt::format("{}, f32 {}, bf16 {} (isa {}){}", i.library, i.f32_kernel, i.bf16_kernel,
+                     i.cpu_isa, i.bf16_packed_amx ? ", bf16 packed: hypic amx" : "");
 }
 
 GemmCacheStats GemmCacheCounters() { return Cache().Stats(); }

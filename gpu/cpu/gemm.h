@@ -107,13 +107,20 @@ class PackedBf16Weight {
 };
 
 // C = alpha A W^T + beta C for A [m, k] bf16 (row stride lda) and a packed W [n, k], fp32
-// accumulation and C. The same bits per row as the plain-layout bf16 Gemm with tb = kYes
-// whatever m (tests/gpu/cpu/gemm_test.cpp). Products of up to kAmxGemmMaxRows rows with alpha 1,
-// beta 0 and dense rows (lda == k, ldc == n) run on AmxGemmRows where the weight allows
-// (amx_blocked()), the rest on oneDNN: its kernels sum in another order when a stride is wider.
+// accumulation and C. Products with alpha 1, beta 0 and dense rows (lda == k, ldc == n) run on
+// AmxGemmRows where the weight allows (amx_blocked()), whatever m: a row's bits do not depend
+// on m (tests/gpu/cpu/gemm_test.cpp). The rest run on oneDNN (its kernels sum in another order
+// when a stride is wider), with the bits of the plain-layout bf16 Gemm with tb = kYes; there a
+// row's bits hold across m for k <= 512 only (on a Xeon, oneDNN's 2,048-row calls sum k >= 1,024
+// in another order than its calls of a few hundred rows).
 void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf16Weight& w,
           float beta, float* c, int64_t ldc);
-// The same for fp32 A [m, k], rounded to bf16 (F32ToBf16, as ConvertRowsToBf16) first: the
+// The same product on oneDNN whatever AmxGemmRows would take (RowStableGemm's panels where
+// oneDNN has no bf16 matmul): the peak benchmarks quote, measured with the library rather than
+// with the runtime's own kernel.
+void OneDnnGemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf16Weight& w,
+                float beta, float* c, int64_t ldc);
+// The same as Gemm for fp32 A [m, k], rounded to bf16 (F32ToBf16, as ConvertRowsToBf16) first: the
 // model's projections of fp32 activations. The rounded rows go to *a_bf16 (grown as needed;
 // on cache lines, as AMX loads them) where oneDNN reads them; RowStableGemm rounds them as it packs
 // A, with no pass of its own.
@@ -150,17 +157,17 @@ void ConvertRowsToBf16(const float* src, int64_t lds, int64_t rows, int64_t cols
 
 // What oneDNN runs on this machine, for logs and benchmark headers.
 struct GemmInfo {
-  std::string library;       // "onednn 2.6.3"
-  std::string f32_kernel;    // oneDNN's implementation name for an fp32 2048^3 product
-  std::string bf16_kernel;   // ... and for bf16 x bf16 -> fp32
-  std::string cpu_isa;       // the most capable ISA oneDNN detected ("avx512_core_amx", ...)
-  bool f32_onednn = false;   // fp32 products run on oneDNN (else on RowStableGemm)
-  bool bf16_native = false;  // oneDNN has a bf16 matmul here (else bf16 products widen to fp32)
-  bool bf16_few_rows_amx = false;  // packed-weight products of few rows run on AmxGemmRows
+  std::string library;           // "onednn 2.6.3"
+  std::string f32_kernel;        // oneDNN's implementation name for an fp32 2048^3 product
+  std::string bf16_kernel;       // ... and for bf16 x bf16 -> fp32
+  std::string cpu_isa;           // the most capable ISA oneDNN detected ("avx512_core_amx", ...)
+  bool f32_onednn = false;       // fp32 products run on oneDNN (else on RowStableGemm)
+  bool bf16_native = false;      // oneDNN has a bf16 matmul here (else bf16 products widen to fp32)
+  bool bf16_packed_amx = false;  // dense packed-weight products run on AmxGemmRows
 };
 const GemmInfo& DescribeGemm();
 // One line: "onednn 2.6.3, f32 brg:avx512_core, bf16 brg:avx512_core_bf16 (isa avx512_core_bf16)",
-// with ", bf16 <= 256 rows: hypic amx" where AmxGemmRows runs the few-row products.
+// with ", bf16 packed: hypic amx" where AmxGemmRows runs the packed-weight products.
 std::string GemmSummary();
 
 // Primitives built and cache hits so far (for tests and metrics).

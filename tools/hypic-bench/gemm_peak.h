@@ -3,9 +3,10 @@
 // gpu/cpu/gemm.h, which the runtime uses too) at the calling thread's compute budget, plus
 // the kernels oneDNN chose. The fp32 peak is the faster of the runtime's fp32 product and
 // oneDNN's sgemm (they differ where the runtime runs RowStableGemm: CPUs without AVX-512).
-// The bf16 peak is the faster of a plain-layout B and a B packed in
-// oneDNN's blocked layout (cpu::PackedBf16Weight, as the model's weights are held): the packed
-// one skips oneDNN's per-call copy of B, 10-13% faster on an AMX Xeon (2026-12-02).
+// The bf16 peak is oneDNN's faster of a plain-layout B and a B packed in
+// its blocked layout (cpu::PackedBf16Weight, as the model's weights are held; cpu::OneDnnGemm,
+// not the runtime's AMX kernel): the packed one skips oneDNN's per-call copy of B, 10-13%
+// faster on an AMX Xeon (2026-12-02).
 // Header-only; thread-compatible.
 #pragma once
 
@@ -66,7 +67,7 @@ inline GemmPeaks MeasureGemmPeaks(int reps = 7) {
   });
   const cpu::PackedBf16Weight packed_b(b16.data(), n, n);
   const Timing packed =
-      rate([&] { cpu::Gemm(n, 1.0f, a16.data(), n, packed_b, 0.0f, c.data(), n); });
+      rate([&] { cpu::OneDnnGemm(n, 1.0f, a16.data(), n, packed_b, 0.0f, c.data(), n); });
   p.bf16 = {std::max(plain.wall, packed.wall), std::max(plain.cpu, packed.cpu)};
   p.kernels = cpu::GemmSummary();
   return p;

@@ -403,48 +403,71 @@ TEST_CASE("a packed bf16 weight gives the plain layout's product and unpacks exa
   }
 }
 
-TEST_CASE("few rows on a packed weight: AMX tiles where the CPU has them, oneDNN's bits") {
-  // Products of up to kAmxGemmMaxRows dense rows (alpha 1, beta 0) run on AmxGemmRows, read
-  // in oneDNN's layout; bigger ones on oneDNN. Each row must come out with the bits it has in a
-  // bigger call. Shapes: 16 whole column blocks; a last block of 16 columns (1552); three
-  // column tiles (one pair and one alone); k of 2 and 32 depth blocks. With strided A or C
-  // (where oneDNN sums in another order) the product stays on oneDNN, the bits the same too,
-  // and C's padding untouched.
+TEST_CASE("packed-weight products: AMX tiles where the CPU has them, a row's bits whatever m") {
+  // Dense products (alpha 1, beta 0) run on AmxGemmRows, read in oneDNN's layout, at any m:
+  // the columns split over the threads up to kAmxPanelRows rows, panels of rows beyond, a
+  // partial last group of 16 padded. Each row must come out with the same bits in every call,
+  // and with oneDNN's own (its plain-layout product) where those hold across call sizes
+  // (k <= 1,024: at 2,048 its big calls sum in another order). Shapes: 16 whole column blocks;
+  // a last block of 16 columns (1552); three column tiles (one pair and one alone); k of 2 to
+  // 64 depth blocks. With strided A or C (where oneDNN sums in another order) the product stays
+  // on oneDNN, a row's bits the same in a smaller call, and C's padding untouched.
   testing::SeededRng rng(29);
   const bool amx = AmxUsable() && DescribeGemm().bf16_native;
   if (!amx) MESSAGE("no AMX here (", GemmSummary(), "): every product below runs on oneDNN");
-  for (auto [n, k] : {std::pair<int64_t, int64_t>{1024, 512}, {1552, 512}, {48, 1024}, {96, 64}}) {
+  CHECK(DescribeGemm().bf16_packed_amx == amx);
+  for (auto [n, k] :
+       {std::pair<int64_t, int64_t>{1024, 512}, {1552, 512}, {48, 1024}, {96, 64}, {256, 2048}}) {
     std::vector<uint16_t> w16, x16;
     RoundedToBf16(rng.NormalVector(static_cast<size_t>(n * k)), &w16);
     const PackedBf16Weight packed(w16.data(), n, k);
     CHECK(packed.amx_blocked().has_value() == amx);
-    CHECK(DescribeGemm().bf16_few_rows_amx == amx);
-    const int64_t big = kAmxGemmMaxRows + 32;
-    for (auto [lda, ldc] : {std::pair<int64_t, int64_t>{k, n}, {k + 32, n + 3}}) {
-      const bool dense = lda == k;
-      RoundedToBf16(rng.NormalVector(static_cast<size_t>(big * lda)), &x16);
-      std::vector<float> reference(static_cast<size_t>(big * ldc));
-      Gemm(big, 1.0f, x16.data(), lda, packed, 0.0f, reference.data(), ldc);
-      for (int64_t m :
-           {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{40}, int64_t{100}, kAmxGemmMaxRows}) {
-        for (int threads : {1, 2}) {
-          ScopedComputeThreads budget(threads);
-          std::vector<float> c(static_cast<size_t>(m * ldc),
-                               std::numeric_limits<float>::quiet_NaN());
-          if (!dense) c[static_cast<size_t>(n)] = 7.0f;  // row 0's padding
-          const uint64_t calls = AmxGemmCalls();
-          Gemm(m, 1.0f, x16.data(), lda, packed, 0.0f, c.data(), ldc);
-          INFO("n=", n, " k=", k, " m=", m, " threads=", threads, " dense=", dense);
-          CHECK(AmxGemmCalls() == calls + (amx && dense ? 1 : 0));
-          int64_t differ = 0;
-          for (int64_t r = 0; r < m; ++r) {
-            differ += std::memcmp(c.data() + r * ldc, reference.data() + r * ldc,
-                                  static_cast<size_t>(n) * sizeof(float)) != 0;
-          }
-          CHECK(differ == 0);
-          if (!dense) CHECK(c[static_cast<size_t>(n)] == 7.0f);
-        }
+    // Dense: 600 rows are panels of 256, 256 and 80 rows and a padded group of 8.
+    constexpr int64_t big = 600;
+    RoundedToBf16(rng.NormalVector(static_cast<size_t>(big * k)), &x16);
+    std::vector<float> all(static_cast<size_t>(big * n));
+    uint64_t calls = AmxGemmCalls();
+    Gemm(big, 1.0f, x16.data(), k, packed, 0.0f, all.data(), n);
+    CHECK(AmxGemmCalls() == calls + (amx ? 2 : 0));
+    if (k <= 1024) {
+      std::vector<float> plain(all.size());
+      Gemm(Trans::kNo, Trans::kYes, big, n, k, 1.0f, x16.data(), k, w16.data(), k, 0.0f,
+           plain.data(), n);
+      INFO("n=", n, " k=", k);
+      CHECK(std::memcmp(all.data(), plain.data(), all.size() * sizeof(float)) == 0);
+    }
+    for (int64_t m : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{40}, kAmxPanelRows,
+                      kAmxPanelRows + 16, int64_t{300}, int64_t{520}}) {
+      for (int threads : {1, 2}) {
+        ScopedComputeThreads budget(threads);
+        const int64_t row0 = (big - m) / 3;
+        std::vector<float> c(static_cast<size_t>(m * n), std::numeric_limits<float>::quiet_NaN());
+        calls = AmxGemmCalls();
+        Gemm(m, 1.0f, x16.data() + row0 * k, k, packed, 0.0f, c.data(), n);
+        INFO("n=", n, " k=", k, " m=", m, " threads=", threads);
+        CHECK(AmxGemmCalls() == calls + (amx ? (m > kAmxPanelRows && m % 16 != 0 ? 2 : 1) : 0));
+        CHECK(std::memcmp(c.data(), all.data() + row0 * n, c.size() * sizeof(float)) == 0);
       }
+    }
+    // Strided: on oneDNN, against its call of 288 rows.
+    const int64_t lda = k + 32, ldc = n + 3, strided_big = 288;
+    RoundedToBf16(rng.NormalVector(static_cast<size_t>(strided_big * lda)), &x16);
+    std::vector<float> reference(static_cast<size_t>(strided_big * ldc));
+    Gemm(strided_big, 1.0f, x16.data(), lda, packed, 0.0f, reference.data(), ldc);
+    for (int64_t m : {int64_t{1}, int64_t{15}, int64_t{40}, int64_t{256}}) {
+      std::vector<float> c(static_cast<size_t>(m * ldc), std::numeric_limits<float>::quiet_NaN());
+      c[static_cast<size_t>(n)] = 7.0f;  // row 0's padding
+      calls = AmxGemmCalls();
+      Gemm(m, 1.0f, x16.data(), lda, packed, 0.0f, c.data(), ldc);
+      INFO("strided: n=", n, " k=", k, " m=", m);
+      CHECK(AmxGemmCalls() == calls);
+      int64_t differ = 0;
+      for (int64_t r = 0; r < m; ++r) {
+        differ += std::memcmp(c.data() + r * ldc, reference.data() + r * ldc,
+                              static_cast<size_t>(n) * sizeof(float)) != 0;
+      }
+      CHECK(differ == 0);
+      CHECK(c[static_cast<size_t>(n)] == 7.0f);
     }
   }
 }
