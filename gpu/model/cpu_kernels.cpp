@@ -34,6 +34,12 @@ void RoundRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, uint16_t
   });
 }
 
+// y[c] += scale * s[c]: an expert's output row into the MoE's sum (one expression for both of
+// RoutedExperts' ways, so both round alike).
+void AddScaledRow(float* y, float scale, const float* s, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) y[c] += scale * s[c];
+}
+
 // y[m, n] = x[m, k] * w[n, k]^T (+ y): fp32, or with bf16 weights (plain or packed) x rounded
 // to bf16 and an fp32-accumulating bf16 GEMM. The rounding is `a16` where given (row stride
 // k), else made here (into *x16 where the GEMM reads it so).
@@ -709,7 +715,7 @@ void CpuForwardKernels::SwiGluMlp(DeviceWeight gate_up, DeviceWeight down, int64
 
 void CpuForwardKernels::MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t im, const float* x,
                                 const uint16_t* x16, std::span<const int64_t> index, int64_t n,
-                                int64_t hidden, float* y) {
+                                int64_t hidden, float* y, std::span<const float> scale) {
   // Rows per tile: its gate-up products (tile x 2 im fp32), activations and outputs stay in
   // the thread's L2 beside the weights (builtin:small: 256 KiB + 64 + 128 beside 1.5 MiB).
   constexpr int64_t kMaxTileRows = 64;
@@ -763,8 +769,9 @@ void CpuForwardKernels::MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t
       LinearGemm(tp, 2 * im, hidden, xf, hidden, xb, gate_up, hidden, gu.data(), 2 * im, false,
                  &rounding);
       float* const yt = y + t0 * hidden;
-      float* out = yt;  // the down product's rows: y's own, or a tile of tp rows copied back
-      if (tp != t) {
+      // The down product's rows: y's own, or a tile of tp rows copied or added back.
+      float* out = yt;
+      if (tp != t || !scale.empty()) {
         fit(ys, kMaxTileRows * hidden);
         out = ys.data();
       }
@@ -779,7 +786,14 @@ void CpuForwardKernels::MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t
           SwiGluRowToBf16(gu.data() + r * 2 * im, im, h16.data() + r * im);
         LinearGemm(tp, hidden, im, nullptr, 0, h16.data(), down, im, out, hidden, false, &rounding);
       }
-      if (out != yt) std::copy_n(out, t * hidden, yt);
+      if (!scale.empty()) {
+        for (int64_t j = 0; j < t; ++j) {
+          float* yr = y + index[static_cast<size_t>(t0 + j)] * hidden;
+          AddScaledRow(yr, scale[static_cast<size_t>(t0 + j)], out + j * hidden, hidden);
+        }
+      } else if (out != yt) {
+        std::copy_n(out, t * hidden, yt);
+      }
     }
   });
 }
@@ -787,13 +801,14 @@ void CpuForwardKernels::MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t
 void CpuForwardKernels::RoutedExperts(const float* x, const uint16_t* x16,
                                       std::span<const ExpertWork> experts, int64_t hidden,
                                       int64_t rows, float* y, bool accumulate) {
-  // Few rows per expert (a compose, a decode step): each expert on one thread, side by side.
-  // Many (a prefill): one expert after another with the whole budget, whose GEMMs split well
-  // and stay balanced however unevenly the router spread the rows. Either way each expert's
-  // output goes to a buffer of its own, then into y row by row in expert order (a row routed
-  // to two experts gets both sums in the same order as one by one). The buffers are slices
-  // of one uninitialised allocation kept between passes: per-expert vectors zero-filled and
-  // faulted in whatever they grew by (80 ms of a cold 16k-token pass).
+  // Few rows per expert (a compose, a decode step): each expert on one thread, side by side,
+  // its output into a buffer of its own, then into y row by row in expert order (a row routed
+  // to two experts gets both sums in the same order as one by one). The buffers are slices of
+  // one uninitialised allocation kept between passes: per-expert vectors zero-filled and
+  // faulted in whatever they grew by (80 ms of a cold 16k-token pass). Many (a prefill): one
+  // expert after another with the whole budget, whose GEMMs split well and stay balanced
+  // however unevenly the router spread the rows, each tile adding into y itself: the same
+  // sums in the same order.
   constexpr int64_t kGroupedBelowRows = 128;  // mean rows per expert
   const auto ne = static_cast<int64_t>(experts.size());
   std::vector<int64_t>& first = scratch_.expert_out_offsets;  // per expert, its first element
@@ -804,19 +819,29 @@ void CpuForwardKernels::RoutedExperts(const float* x, const uint16_t* x16,
     routed += static_cast<int64_t>(experts[static_cast<size_t>(e)].rows.size());
   }
   const bool grouped = routed < kGroupedBelowRows * std::max<int64_t>(ne, 1);
+  if (!grouped) {
+    // One expert after another: each tile adds its rows into y straight from cache (a row's
+    // experts in expert order, as below), not through a buffer of every routed row (a 16k
+    // prefill wrote and read back 67 MB a layer).
+    if (!accumulate) {
+      cpu::ParallelFor(rows, 64, [&](int64_t r0, int64_t r1) {
+        std::fill(y + r0 * hidden, y + r1 * hidden, 0.0f);
+      });
+    }
+    for (const ExpertWork& w : experts) {
+      MlpRows(w.gate_up, w.down, w.intermediate, x, x16, w.rows,
+              static_cast<int64_t>(w.rows.size()), hidden, y, w.weights);
+    }
+    return;
+  }
   float* const outs = scratch_.expert_out.Reserve(routed * hidden);
-  auto run = [&](int64_t e0, int64_t e1) {
+  cpu::ParallelFor(ne, 1, [&](int64_t e0, int64_t e1) {
     for (int64_t e = e0; e < e1; ++e) {
       const ExpertWork& w = experts[static_cast<size_t>(e)];
       MlpRows(w.gate_up, w.down, w.intermediate, x, x16, w.rows,
               static_cast<int64_t>(w.rows.size()), hidden, outs + first[static_cast<size_t>(e)]);
     }
-  };
-  if (grouped) {
-    cpu::ParallelFor(ne, 1, run);
-  } else {
-    run(0, ne);
-  }
+  });
   // Each row's (expert, index) entries in expert order, by a counting sort over the rows.
   std::vector<int32_t>& offsets = scratch_.routed_offsets;
   auto& entries = scratch_.routed;
@@ -847,8 +872,7 @@ void CpuForwardKernels::RoutedExperts(const float* x, const uint16_t* x16,
         const auto [e, j] = entries[static_cast<size_t>(i)];
         const ExpertWork& w = experts[static_cast<size_t>(e)];
         const float wgt = w.weights[static_cast<size_t>(j)];
-        const float* s = outs + first[static_cast<size_t>(e)] + int64_t{j} * hidden;
-        for (int64_t c = 0; c < hidden; ++c) yr[c] += wgt * s[c];
+        AddScaledRow(yr, wgt, outs + first[static_cast<size_t>(e)] + int64_t{j} * hidden, hidden);
       }
     }
   });

@@ -130,7 +130,9 @@ class CpuForwardKernels final : public ForwardKernels {
   void RoutedExperts(const float* x, const uint16_t* x16, std::span<const ExpertWork> experts,
                      int64_t hidden, int64_t rows, float* y, bool accumulate);
   // y[j] = down(silu(gate(x_j)) * up(x_j)) for the n rows x_j = x[index[j]] (x[j] when index
-  // is empty), rows of `hidden`; `x16` as in RoutedExperts. The rows go in tiles of at most 64 (a
+  // is empty), rows of `hidden`; `x16` as in RoutedExperts. With `scale` (n weights, and an
+  // index of distinct rows) the rows are added instead, y[index[j]] += scale[j] * (...), as
+  // RoutedExperts sums them, from the tile in cache. The rows go in tiles of at most 64 (a
   // few tiles evened out), whole tiles to each compute thread, each tile from its gather to its
   // down product on one thread, so its gate-up products and activations stay in that core's cache
   // instead of a pass over memory per step (a 16k-token prefill's MLPs wrote and read back 134 MB
@@ -140,7 +142,7 @@ class CpuForwardKernels final : public ForwardKernels {
   // 3,000-token bf16 prefill gives the same logits bit for bit), where oneDNN is row-stable.
   void MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t im, const float* x,
                const uint16_t* x16, std::span<const int64_t> index, int64_t n, int64_t hidden,
-               float* y);
+               float* y, std::span<const float> scale = {});
 
  private:
   // Working buffers, uninitialised, kept by the thread between passes (ScratchSet in the .cpp):
