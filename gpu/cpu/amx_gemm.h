@@ -7,7 +7,7 @@
 // pays a primitive call's fixed cost; this one prefetches the next 64 columns' block into L2
 // while it multiplies the current one: 1.2-1.4x on such products, the same on cached ones. A
 // prefill's products of thousands of rows run as panels of rows, each thread its own, against
-// a weight that stays in the thread's L2: 1.1-1.3x oneDNN's (docs/architecture.md).
+// a weight that stays in the thread's L2: 1.1-1.35x oneDNN's (docs/architecture.md).
 //
 // Exactness: each C element is one chain of tdpbf16ps over k's blocks of 32 in order, from
 // zero, whatever m. oneDNN's brgemm computes the same for dense A and C rows at k <= 512 and
@@ -37,7 +37,8 @@ struct AmxBlockedWeight {
 // their rows, in panels of this many. Up to it the column split was as fast as oneDNN with the
 // weight in cache and 1.1-1.4x faster without (k 512, n 512-1024, one thread, Xeon family 6
 // model 167); from 512 rows it was slower (A no longer stays in cache), where panels of 256
-// rows (A 256 KiB at k 512) were the fastest of 32-512 (k 512-4096, n 128-4096).
+// rows (A 256 KiB at k 512) were the fastest of 32-512 or near it at k 512-2048 (at k 4096 one
+// shape of two ran faster on 128).
 inline constexpr int64_t kAmxPanelRows = 256;
 
 // The shapes this kernel takes: k a multiple of 32, n of 16 (else oneDNN runs the product).
