@@ -18,7 +18,7 @@ std::atomic<uint64_t> amx_calls{0};
 
 uint64_t AmxGemmCalls() { return amx_calls.load(std::memory_order_relaxed); }
 
-bool AmxGemmTakes(int64_t n, int64_t k) { return n > 0 && k > 0 && n % 16 == 0 && k % 32 == 0; }
+bool AmxGemmTakes(int64_t n, int64_t k) { return n > 0 && k > 0 && k % 32 == 0; }
 
 #ifdef HYPIC_AMX
 namespace {
@@ -88,7 +88,8 @@ void BlockRange(int64_t m, const uint16_t* a, int64_t lda, const AmxBlockedWeigh
   const int64_t row_passes = (m + 31) / 32;
   for (int64_t nb = nb0; nb < nb1; ++nb) {
     const uint16_t* block = w.data + nb * w.n_block_stride;
-    const int64_t subs = std::min(kColumnBlock, w.n - nb * kColumnBlock) / 16;
+    const int64_t cols = std::min(kColumnBlock, w.n - nb * kColumnBlock);
+    const int64_t subs = (cols + 15) / 16;
     Prefetch prefetch;
     if (nb + 1 < nb1) {
       prefetch.next = reinterpret_cast<const char*>(block) + block_bytes;
@@ -98,10 +99,21 @@ void BlockRange(int64_t m, const uint16_t* a, int64_t lda, const AmxBlockedWeigh
     }
     for (int64_t s = 0; s < subs; s += 2) {
       const int nt = std::min<int64_t>(2, subs - s);
+      // Columns past n (the layout holds zeros there) land in `partial`, and the valid ones
+      // are copied out: C's rows end at n.
+      const int64_t valid = std::min<int64_t>(nt * 16, cols - s * 16);
       for (int64_t r = 0; r < m; r += 32) {
         const int mt = std::min<int64_t>(2, (m - r) / 16);
+        float* const cr = c + r * ldc + nb * kColumnBlock + s * 16;
+        if (valid == nt * 16) {
+          kTileProducts[mt - 1][nt - 1](a + r * lda, lda, block + s * 32, w.k_block_stride,
+                                        k_blocks, cr, ldc, prefetch);
+          continue;
+        }
+        alignas(64) float partial[32 * 32];
         kTileProducts[mt - 1][nt - 1](a + r * lda, lda, block + s * 32, w.k_block_stride, k_blocks,
-                                      c + r * ldc + nb * kColumnBlock + s * 16, ldc, prefetch);
+                                      partial, 32, prefetch);
+        for (int64_t i = 0; i < mt * 16; ++i) std::copy_n(partial + i * 32, valid, cr + i * ldc);
       }
     }
   }

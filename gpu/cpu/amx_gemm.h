@@ -41,7 +41,11 @@ struct AmxBlockedWeight {
 // shape of two ran faster on 128).
 inline constexpr int64_t kAmxPanelRows = 256;
 
-// The shapes this kernel takes: k a multiple of 32, n of 16 (else oneDNN runs the product).
+// The shapes this kernel takes: k a multiple of 32 (else oneDNN runs the product), any n: the
+// columns of a last partial tile go through a buffer. oneDNN's product with a partial column
+// tile (n 8 probed) sums a call of 1-16 rows in another order than a bigger call, so a GDN
+// in_proj whose 2 x value_heads gate columns leave n off a multiple of 16 would lose a row's
+// bits there.
 bool AmxGemmTakes(int64_t n, int64_t k);
 
 // C [m, n] (row stride ldc) = A [m, k] (bf16, row stride lda) W^T, fp32 (REQUIRES:

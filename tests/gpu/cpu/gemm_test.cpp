@@ -409,15 +409,23 @@ TEST_CASE("packed-weight products: AMX tiles where the CPU has them, a row's bit
   // partial last group of 16 padded. Each row must come out with the same bits in every call,
   // and with oneDNN's own (its plain-layout product) where those hold across call sizes
   // (k <= 1,024: at 2,048 its big calls sum in another order). Shapes: 16 whole column blocks;
-  // a last block of 16 columns (1552); three column tiles (one pair and one alone); k of 2 to
-  // 64 depth blocks. With strided A or C (where oneDNN sums in another order) the product stays
-  // on oneDNN, a row's bits the same in a smaller call, and C's padding untouched.
+  // a last block of 16 columns (1552); three column tiles (one pair and one alone); columns
+  // that end inside a tile (8: one partial tile; 40: a pair and a partial one; 24: a pair
+  // with a partial second); k of 2 to 64 depth blocks. With strided A or C (where oneDNN sums in
+  // another order) the product stays on oneDNN, a row's bits the same in a smaller call, and C's
+  // padding untouched.
   testing::SeededRng rng(29);
   const bool amx = AmxUsable() && DescribeGemm().bf16_native;
   if (!amx) MESSAGE("no AMX here (", GemmSummary(), "): every product below runs on oneDNN");
   CHECK(DescribeGemm().bf16_packed_amx == amx);
-  for (auto [n, k] :
-       {std::pair<int64_t, int64_t>{1024, 512}, {1552, 512}, {48, 1024}, {96, 64}, {256, 2048}}) {
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{1024, 512},
+                      {1552, 512},
+                      {48, 1024},
+                      {96, 64},
+                      {256, 2048},
+                      {8, 512},
+                      {40, 512},
+                      {24, 64}}) {
     std::vector<uint16_t> w16, x16;
     RoundedToBf16(rng.NormalVector(static_cast<size_t>(n * k)), &w16);
     const PackedBf16Weight packed(w16.data(), n, k);
@@ -433,8 +441,12 @@ TEST_CASE("packed-weight products: AMX tiles where the CPU has them, a row's bit
       std::vector<float> plain(all.size());
       Gemm(Trans::kNo, Trans::kYes, big, n, k, 1.0f, x16.data(), k, w16.data(), k, 0.0f,
            plain.data(), n);
+      // With a partial column tile oneDNN sums a call of one group of 16 rows (its padded
+      // tail here) in another order than its bigger ones: those rows are not compared.
+      const int64_t rows = n % 16 == 0 ? big : big / 16 * 16;
       INFO("n=", n, " k=", k);
-      CHECK(std::memcmp(all.data(), plain.data(), all.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(all.data(), plain.data(), static_cast<size_t>(rows * n) * sizeof(float)) ==
+            0);
     }
     for (int64_t m : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{40}, kAmxPanelRows,
                       kAmxPanelRows + 16, int64_t{300}, int64_t{520}}) {
