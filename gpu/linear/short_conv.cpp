@@ -72,15 +72,14 @@ void AdvanceConvState(const ConvShape& shape, const float* x, int64_t ldx, float
   const int K = shape.kernel, C = shape.channels;
   const int64_t T = shape.tokens;
   if (K <= 1 || T <= 0) return;
-  // The new state is the last K-1 window rows; built in a temporary first because the rows
-  // may come from the old state (T < K-1).
-  std::vector<float> next(static_cast<size_t>(int64_t{K - 1} * C));
+  // The new state is the last K-1 window rows. Row i is window row T + i > i, so in place, in
+  // order: an old state row (T < K-1) is read before its own slot is written (a compose makes
+  // ~100 of these a pass, each once a temporary's allocation, fill and copy back).
   for (int64_t i = 0; i < K - 1; ++i) {
     const int64_t p = T + i;  // window row
     const float* src = p < K - 1 ? state + p * C : x + (p - (K - 1)) * ldx;
-    std::memcpy(next.data() + i * C, src, static_cast<size_t>(C) * sizeof(float));
+    std::memcpy(state + i * C, src, static_cast<size_t>(C) * sizeof(float));
   }
-  std::copy(next.begin(), next.end(), state);
 }
 
 void CausalConv(const ConvShape& shape, const float* x, const float* weight, const float* bias,
