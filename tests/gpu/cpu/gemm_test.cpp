@@ -430,6 +430,13 @@ TEST_CASE("packed-weight products: AMX tiles where the CPU has them, a row's bit
     RoundedToBf16(rng.NormalVector(static_cast<size_t>(n * k)), &w16);
     const PackedBf16Weight packed(w16.data(), n, k);
     CHECK(packed.amx_blocked().has_value() == amx);
+    // A row's bits are compared across call sizes where they are meant to hold and measured:
+    // on AMX every product here (the kernel's dense ones; oneDNN's strided ones, for its calls
+    // of up to 600 rows), and builtin:small's kind of shape (k <= 512, whole column tiles: the
+    // runtime relies on it) on oneDNN everywhere. Without AMX (AVX512-BF16 kernels) the other
+    // shapes run but are not compared.
+    const bool compared = amx || (k <= 512 && n % 16 == 0);
+    if (!compared) MESSAGE("n=", n, " k=", k, ": oneDNN's bits across calls not compared here");
     // Dense: 600 rows are panels of 256, 256 and 80 rows and a padded group of 8.
     constexpr int64_t big = 600;
     RoundedToBf16(rng.NormalVector(static_cast<size_t>(big * k)), &x16);
@@ -437,7 +444,7 @@ TEST_CASE("packed-weight products: AMX tiles where the CPU has them, a row's bit
     uint64_t calls = AmxGemmCalls();
     Gemm(big, 1.0f, x16.data(), k, packed, 0.0f, all.data(), n);
     CHECK(AmxGemmCalls() == calls + (amx ? 2 : 0));
-    if (k <= 1024) {
+    if (k <= 1024 && compared) {
       std::vector<float> plain(all.size());
       Gemm(Trans::kNo, Trans::kYes, big, n, k, 1.0f, x16.data(), k, w16.data(), k, 0.0f,
            plain.data(), n);
@@ -458,7 +465,9 @@ TEST_CASE("packed-weight products: AMX tiles where the CPU has them, a row's bit
         Gemm(m, 1.0f, x16.data() + row0 * k, k, packed, 0.0f, c.data(), n);
         INFO("n=", n, " k=", k, " m=", m, " threads=", threads);
         CHECK(AmxGemmCalls() == calls + (amx ? (m > kAmxPanelRows && m % 16 != 0 ? 2 : 1) : 0));
-        CHECK(std::memcmp(c.data(), all.data() + row0 * n, c.size() * sizeof(float)) == 0);
+        if (compared) {
+          CHECK(std::memcmp(c.data(), all.data() + row0 * n, c.size() * sizeof(float)) == 0);
+        }
       }
     }
     // Strided: on oneDNN, against its call of 288 rows.
@@ -478,7 +487,7 @@ TEST_CASE("packed-weight products: AMX tiles where the CPU has them, a row's bit
         differ += std::memcmp(c.data() + r * ldc, reference.data() + r * ldc,
                               static_cast<size_t>(n) * sizeof(float)) != 0;
       }
-      CHECK(differ == 0);
+      if (compared) CHECK(differ == 0);
       CHECK(c[static_cast<size_t>(n)] == 7.0f);
     }
   }
