@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstdint>
+
+#include "dnnl.hpp"
 #endif
 
 namespace hypic::cpu {
@@ -32,6 +34,11 @@ bool AmxUsable() {
     if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
     constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;
     if ((d & kAmxBf16) == 0 || (d & kAmxTile) == 0) return false;
+    // oneDNN's ISA cap (ONEDNN_MAX_CPU_ISA, or dnnl::set_max_cpu_isa before its first use)
+    // keeps AMX from our kernels too: one knob for every kernel of the process.
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+    if ((isa & amx) != amx) return false;
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }();

@@ -9,13 +9,15 @@
 // most kGemmRowBlock, then a multiple of 16, then a tail of fewer than 16, so the shapes a
 // weight sees stay few however the row count varies from call to call; where copying them is
 // cheaper than reading B again, the last two go as one call padded to a multiple of 16 (a
-// row's bits are the same either way). On AMX machines a packed bf16 weight's products of few
-// rows run on hypic's own tile kernel instead (amx_gemm.h), with oneDNN's bits. GemmAnyShape is
+// row's bits are the same either way). On AMX machines a packed bf16 weight's dense products
+// run on hypic's own tile kernel instead (amx_gemm.h), row-stable at any shape. GemmAnyShape is
 // for products whose inner dimensions change with every call (attention over a growing
 // context): oneDNN's dnnl_sgemm, which has no per-shape set-up. On CPUs without AVX-512, where
 // oneDNN's fp32 kernels give a row different bits in calls of different shapes, every fp32
-// product runs on RowStableGemm instead (row_stable_gemm.h), and bf16 ones widen to fp32
-// there (oneDNN 2.6 has no bf16 matmul below AVX-512): GemmInfo says which.
+// product runs on RowStableGemm instead (row_stable_gemm.h); on CPUs without bf16 instructions
+// (no AVX512-BF16 or AMX-BF16) bf16 products widen to fp32 there (oneDNN 2.6 has no bf16
+// matmul below AVX-512, and only a slower emulation that is not row-stable on avx512_core):
+// GemmInfo says which.
 //
 // Layout: row-major, as cblas_sgemm with CblasRowMajor: op(A) is [m, k], op(B) is [k, n], C is
 // [m, n]; a transposed operand is stored as the transpose (B = W^T for an nn.Linear weight W
@@ -61,9 +63,9 @@ inline constexpr int64_t kGemmSmallDim = 256;
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// C = alpha op(A) op(B) + beta C, bf16 A and B, fp32 accumulation and C. On a CPU where
-// oneDNN has no bf16 matmul (AVX2 only: no AVX-512), RowStableGemm widens both operands to
-// fp32, which is exact, as it packs them (GemmInfo::bf16_native says which).
+// C = alpha op(A) op(B) + beta C, bf16 A and B, fp32 accumulation and C. On a CPU without bf16
+// instructions (no AVX512-BF16 or AMX-BF16), RowStableGemm widens both operands to fp32, which
+// is exact, as it packs them (GemmInfo::bf16_native says which).
 void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
           int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
@@ -71,7 +73,7 @@ void Gemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, cons
 // layout that oneDNN's matmul reads directly. With a plain-layout B oneDNN copies B into that
 // layout on every call, once per row block: 5% of a 16k-token prefill on an AMX machine, and
 // most of a decode step's product. The packed layout pads n and k to its blocks. Immutable
-// once made; thread-safe. Where oneDNN has no bf16 matmul it keeps RowStableGemm's bf16
+// once made; thread-safe. On a CPU without bf16 instructions it keeps RowStableGemm's bf16
 // panels instead (layout() is null; row_stable_gemm.h), which that product reads in place.
 class PackedBf16Weight {
  public:
@@ -115,9 +117,9 @@ class PackedBf16Weight {
 // in another order than its calls of a few hundred rows).
 void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf16Weight& w,
           float beta, float* c, int64_t ldc);
-// The same product on oneDNN whatever AmxGemmRows would take (RowStableGemm's panels where
-// oneDNN has no bf16 matmul): the peak benchmarks quote, measured with the library rather than
-// with the runtime's own kernel.
+// The same product on oneDNN whatever AmxGemmRows would take (RowStableGemm's panels on a CPU
+// without bf16 instructions, where they beat oneDNN's emulation 2.4x): the peak benchmarks
+// quote, measured with the library rather than with the runtime's own AMX kernel.
 void OneDnnGemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf16Weight& w,
                 float beta, float* c, int64_t ldc);
 // The same as Gemm for fp32 A [m, k], rounded to bf16 (F32ToBf16, as ConvertRowsToBf16) first: the
@@ -157,12 +159,12 @@ void ConvertRowsToBf16(const float* src, int64_t lds, int64_t rows, int64_t cols
 
 // What oneDNN runs on this machine, for logs and benchmark headers.
 struct GemmInfo {
-  std::string library;           // "onednn 2.6.3"
-  std::string f32_kernel;        // oneDNN's implementation name for an fp32 2048^3 product
-  std::string bf16_kernel;       // ... and for bf16 x bf16 -> fp32
-  std::string cpu_isa;           // the most capable ISA oneDNN detected ("avx512_core_amx", ...)
-  bool f32_onednn = false;       // fp32 products run on oneDNN (else on RowStableGemm)
-  bool bf16_native = false;      // oneDNN has a bf16 matmul here (else bf16 products widen to fp32)
+  std::string library;       // "onednn 2.6.3"
+  std::string f32_kernel;    // oneDNN's implementation name for an fp32 2048^3 product
+  std::string bf16_kernel;   // ... and for bf16 x bf16 -> fp32
+  std::string cpu_isa;       // the most capable ISA oneDNN detected ("avx512_core_amx", ...)
+  bool f32_onednn = false;   // fp32 products run on oneDNN (else on RowStableGemm)
+  bool bf16_native = false;  // bf16 products run on oneDNN (else widened to fp32, RowStableGemm)
   bool bf16_packed_amx = false;  // dense packed-weight products run on AmxGemmRows
 };
 const GemmInfo& DescribeGemm();

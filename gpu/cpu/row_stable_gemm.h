@@ -25,7 +25,7 @@ void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float al
                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // The same for bf16 operands (bit patterns), widened exactly to fp32 as they are packed (both
 // are packed on every call anyway, so the widening costs no extra pass), with fp32 products
-// and sums: the bf16 product where oneDNN has no bf16 matmul, with the bits of the fp32 call
+// and sums: the bf16 product on CPUs without bf16 instructions, with the bits of the fp32 call
 // on the widened values.
 void RowStableGemm(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha,
                    const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,

@@ -952,7 +952,8 @@ void AttentionBf16(const AttentionShape& shape, const KvRope& rope, const float*
 
 bool HasBf16Attention(int64_t head_dim) {
 #ifdef HYPIC_BF16_ATTENTION
-  return head_dim % 16 == 0 && head_dim <= 512;
+  // bf16_native: oneDNN's ISA cap, where one is set, allows the bf16 instructions.
+  return head_dim % 16 == 0 && head_dim <= 512 && cpu::DescribeGemm().bf16_native;
 #else
   (void)head_dim;
   return false;

@@ -34,8 +34,9 @@ namespace hypic::model {
 // Fewer query rows than this take the fp32 products even when bf16 ones are asked for.
 inline constexpr int64_t kBf16AttentionMinRows = 16;
 
-// True when this build has the fused bf16 kernel (compiled for AVX512-BF16) and the head size
-// suits it (a multiple of 16, at most 512); otherwise bf16_products falls back to fp32.
+// True when this build has the fused bf16 kernel (compiled for AVX512-BF16), the head size
+// suits it (a multiple of 16, at most 512) and oneDNN's ISA cap (ONEDNN_MAX_CPU_ISA), if set,
+// allows bf16 instructions; otherwise bf16_products falls back to fp32.
 bool HasBf16Attention(int64_t head_dim);
 
 // The kernel CausalAttention runs for this head size and precision, for logs and benchmark

@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -408,15 +410,18 @@ TEST_CASE("packed-weight products: AMX tiles where the CPU has them, a row's bit
   // the columns split over the threads up to kAmxPanelRows rows, panels of rows beyond, a
   // partial last group of 16 padded. Each row must come out with the same bits in every call,
   // and with oneDNN's own (its plain-layout product) where those hold across call sizes
-  // (k <= 1,024: at 2,048 its big calls sum in another order). Shapes: 16 whole column blocks;
-  // a last block of 16 columns (1552); three column tiles (one pair and one alone); columns
-  // that end inside a tile (8: one partial tile; 40: a pair and a partial one; 24: a pair
-  // with a partial second); k of 2 to 64 depth blocks. With strided A or C (where oneDNN sums in
-  // another order) the product stays on oneDNN, a row's bits the same in a smaller call, and C's
-  // padding untouched.
+  // (k <= 1,024 on AMX: at 2,048 its big calls sum in another order). Without AMX every product
+  // runs on oneDNN's AVX512-BF16 kernels (row-stable at each shape here, and equal to the plain
+  // layout's: measured on the Xeon capped to AVX512_CORE_BF16, as a Zen 4/5 runs them) or, on
+  // a CPU without bf16 instructions, on RowStableGemm; the same checks hold. Shapes: 16 whole
+  // column blocks; a last block of 16 columns (1552); three column tiles (one pair and one
+  // alone); columns that end inside a tile (8: one partial tile, at k 512 and 2,048; 40: a
+  // pair and a partial one; 24: a pair with a partial second); k of 2 to 64 depth blocks. With
+  // strided A or C (where oneDNN sums in another order) the product stays on oneDNN, a row's
+  // bits the same in a smaller call, and C's padding untouched.
   testing::SeededRng rng(29);
   const bool amx = AmxUsable() && DescribeGemm().bf16_native;
-  if (!amx) MESSAGE("no AMX here (", GemmSummary(), "): every product below runs on oneDNN");
+  if (!amx) MESSAGE("no AMX here (", GemmSummary(), "): every product below runs without it");
   CHECK(DescribeGemm().bf16_packed_amx == amx);
   for (auto [n, k] : {std::pair<int64_t, int64_t>{1024, 512},
                       {1552, 512},
@@ -424,19 +429,13 @@ TEST_CASE("packed-weight products: AMX tiles where the CPU has them, a row's bit
                       {96, 64},
                       {256, 2048},
                       {8, 512},
+                      {8, 2048},
                       {40, 512},
                       {24, 64}}) {
     std::vector<uint16_t> w16, x16;
     RoundedToBf16(rng.NormalVector(static_cast<size_t>(n * k)), &w16);
     const PackedBf16Weight packed(w16.data(), n, k);
     CHECK(packed.amx_blocked().has_value() == amx);
-    // A row's bits are compared across call sizes where they are meant to hold and measured:
-    // on AMX every product here (the kernel's dense ones; oneDNN's strided ones, for its calls
-    // of up to 600 rows), and builtin:small's kind of shape (k <= 512, whole column tiles: the
-    // runtime relies on it) on oneDNN everywhere. Without AMX (AVX512-BF16 kernels) the other
-    // shapes run but are not compared.
-    const bool compared = amx || (k <= 512 && n % 16 == 0);
-    if (!compared) MESSAGE("n=", n, " k=", k, ": oneDNN's bits across calls not compared here");
     // Dense: 600 rows are panels of 256, 256 and 80 rows and a padded group of 8.
     constexpr int64_t big = 600;
     RoundedToBf16(rng.NormalVector(static_cast<size_t>(big * k)), &x16);
@@ -444,7 +443,7 @@ TEST_CASE("packed-weight products: AMX tiles where the CPU has them, a row's bit
     uint64_t calls = AmxGemmCalls();
     Gemm(big, 1.0f, x16.data(), k, packed, 0.0f, all.data(), n);
     CHECK(AmxGemmCalls() == calls + (amx ? 2 : 0));
-    if (k <= 1024 && compared) {
+    if (k <= 1024 || !amx) {
       std::vector<float> plain(all.size());
       Gemm(Trans::kNo, Trans::kYes, big, n, k, 1.0f, x16.data(), k, w16.data(), k, 0.0f,
            plain.data(), n);
@@ -465,9 +464,7 @@ TEST_CASE("packed-weight products: AMX tiles where the CPU has them, a row's bit
         Gemm(m, 1.0f, x16.data() + row0 * k, k, packed, 0.0f, c.data(), n);
         INFO("n=", n, " k=", k, " m=", m, " threads=", threads);
         CHECK(AmxGemmCalls() == calls + (amx ? (m > kAmxPanelRows && m % 16 != 0 ? 2 : 1) : 0));
-        if (compared) {
-          CHECK(std::memcmp(c.data(), all.data() + row0 * n, c.size() * sizeof(float)) == 0);
-        }
+        CHECK(std::memcmp(c.data(), all.data() + row0 * n, c.size() * sizeof(float)) == 0);
       }
     }
     // Strided: on oneDNN, against its call of 288 rows.
@@ -487,10 +484,31 @@ TEST_CASE("packed-weight products: AMX tiles where the CPU has them, a row's bit
         differ += std::memcmp(c.data() + r * ldc, reference.data() + r * ldc,
                               static_cast<size_t>(n) * sizeof(float)) != 0;
       }
-      if (compared) CHECK(differ == 0);
+      CHECK(differ == 0);
       CHECK(c[static_cast<size_t>(n)] == 7.0f);
     }
   }
+}
+
+TEST_CASE("oneDNN's ISA cap (ONEDNN_MAX_CPU_ISA) reaches hypic's own kernels") {
+  // The *_isa_<tier> ctest runs (tests/gpu/CMakeLists.txt) set the cap to run a lower tier's
+  // paths on this machine: they test that tier only if every kernel of ours obeys it too.
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (cap == nullptr) {
+    MESSAGE("skipped: no ISA cap set (", GemmSummary(), ")");
+    return;
+  }
+  const std::string tier = cap;
+  MESSAGE("ONEDNN_MAX_CPU_ISA=", tier, ": ", GemmSummary());
+  const GemmInfo& info = DescribeGemm();
+  const bool below_amx = tier == "AVX512_CORE_BF16" || tier == "AVX512_CORE" || tier == "AVX2";
+  if (below_amx) {
+    CHECK_FALSE(AmxUsable());
+    CHECK_FALSE(info.bf16_packed_amx);
+  }
+  // No bf16 instructions: bf16 products widen to fp32 on RowStableGemm, as do fp32 ones on AVX2.
+  if (tier == "AVX512_CORE" || tier == "AVX2") CHECK_FALSE(info.bf16_native);
+  if (tier == "AVX2") CHECK_FALSE(info.f32_onednn);
 }
 
 #ifdef HYPIC_AMX

@@ -121,7 +121,9 @@ TEST_CASE(
     "bf16 products: within the probabilities' rounding of a float64 attention on the "
     "rounded operands") {
   if (!HasBf16Attention(64)) {
-    MESSAGE("skipped: this build has no AVX512-BF16 attention kernel (bf16 falls back to fp32)");
+    MESSAGE(
+        "skipped: no AVX512-BF16 attention kernel in this build or under the ISA cap (bf16 "
+        "falls back to fp32)");
     return;
   }
   for (const AttentionProblem& c : Cases()) {
