@@ -318,6 +318,59 @@ TEST_CASE("RowStableGemm: a column's bits do not depend on the call's other colu
   }
 }
 
+TEST_CASE("RowStableGemm: each element is one FMA chain over k, in order, on every tile path") {
+#if defined(__FMA__)
+  // The property the runtime's bits rest on, against std::fmaf written out: 8-lane tiles of one
+  // panel, and (AVX-512 builds) 16-lane tiles of two, with a lone last panel beside them (n 48:
+  // three panels), a partial one (n 40), rows that end mid-tile, depths across 256-deep passes,
+  // fp32 and bf16 weights (widened in blocks below 192 rows, whole above), 1 and 2 threads.
+  testing::SeededRng rng(37);
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{13, 48, 300},
+                         {40, 40, 64},
+                         {200, 96, 520},
+                         {7, 128, 17}}) {
+    const auto a = rng.NormalVector(static_cast<size_t>(m * k));
+    std::vector<uint16_t> w16;
+    const auto w = RoundedToBf16(rng.NormalVector(static_cast<size_t>(n * k)), &w16);
+    std::vector<float> want(static_cast<size_t>(m * n));
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t j = 0; j < n; ++j) {
+        float acc = 0.0f;
+        for (int64_t kk = 0; kk < k; ++kk) acc = std::fmaf(a[r * k + kk], w[j * k + kk], acc);
+        want[static_cast<size_t>(r * n + j)] = acc;
+      }
+    }
+    std::vector<uint16_t> panels(static_cast<size_t>(RowStablePanelElements(n, k)));
+    PackRowStablePanels(w16.data(), n, k, panels.data());
+    for (int threads : {1, 2}) {
+      ScopedComputeThreads budget(threads);
+      INFO("m=", m, " n=", n, " k=", k, " threads=", threads);
+      std::vector<float> got(want.size(), std::numeric_limits<float>::quiet_NaN());
+      RowStableGemm(Trans::kNo, Trans::kYes, m, n, k, 1.0f, a.data(), k, w.data(), k, 0.0f,
+                    got.data(), n);
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+      std::vector<float> from_panels(want.size(), std::numeric_limits<float>::quiet_NaN());
+      // A rounded to bf16 by the product: compare against the chain on the rounded A.
+      std::vector<uint16_t> ar16;
+      const auto ar = RoundedToBf16(a, &ar16);
+      RowStableGemmPanelsRoundingA(m, n, k, 1.0f, a.data(), k, panels.data(), 0.0f,
+                                   from_panels.data(), n);
+      int64_t differ = 0;
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+          float acc = 0.0f;
+          for (int64_t kk = 0; kk < k; ++kk) acc = std::fmaf(ar[r * k + kk], w[j * k + kk], acc);
+          differ += std::memcmp(&acc, &from_panels[static_cast<size_t>(r * n + j)], 4) != 0;
+        }
+      }
+      CHECK(differ == 0);
+    }
+  }
+#else
+  MESSAGE("skipped: this build has no FMA, so the tiles round each product and sum apart");
+#endif
+}
+
 TEST_CASE("PackRowStablePanelsF32 lays op(B) out as panels of 16 columns, zero past n") {
   // The fused attention's K^T (kYes: op(B)[kk][j] = B[j][kk]) and V (kNo); n = 40 leaves a
   // part-filled panel.
