@@ -413,15 +413,17 @@ std::string KernelName(memory::data_type dtype) {
   }
 }
 
+// Whether oneDNN's effective ISA (the CPU's, under ONEDNN_MAX_CPU_ISA) includes `isa`.
+bool EffectiveIsaIncludes(dnnl::cpu_isa isa) {
+  const auto have = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  return (have & static_cast<unsigned>(isa)) == static_cast<unsigned>(isa);
+}
+
 // Whether oneDNN's fp32 kernels give a row the same bits whatever its call's shape: on
 // AVX-512 (the brgemm matmul, the AVX-512 sgemm) they do; below it, the AVX2 `gemm:jit` does
 // not, and fp32 products go to RowStableGemm (row_stable_gemm.h).
 bool OneDnnRowStable() {
-  static const bool stable = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-    return (isa & avx512) == avx512;
-  }();
+  static const bool stable = EffectiveIsaIncludes(dnnl::cpu_isa::avx512_core);
   return stable;
 }
 
@@ -429,15 +431,11 @@ bool OneDnnRowStable() {
 // AVX512-BF16). Elsewhere RowStableGemm widens the operands to fp32. On AVX2-only CPUs (Zen 3,
 // Haswell to Ice Lake client parts) oneDNN 2.6 has no bf16 matmul. On avx512_core alone
 // (Skylake to Ice Lake servers) it emulates one (`gemm:jit`), and that is both slower and not
-// row-stable: on the Xeon capped to AVX512_CORE, 73 GFLOP/s against RowStableGemm's 172-193
+// row-stable: on the Xeon capped to AVX512_CORE, 73 GFLOP/s against RowStableGemm's 229-254
 // on 2,048 x 2,048 x 2,048 and 2,048 x 1,552 x 512 (2 threads), and with n <= 64 at k >= 2,048
 // a call of up to 40 rows summed each row in another order than a 2,048-row call.
 bool NativeBf16Matmul() {
-  static const bool native = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-    return (isa & bf16) == bf16;
-  }();
+  static const bool native = EffectiveIsaIncludes(dnnl::cpu_isa::avx512_core_bf16);
   return native;
 }
 

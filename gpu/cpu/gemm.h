@@ -118,7 +118,7 @@ class PackedBf16Weight {
 void Gemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf16Weight& w,
           float beta, float* c, int64_t ldc);
 // The same product on oneDNN whatever AmxGemmRows would take (RowStableGemm's panels on a CPU
-// without bf16 instructions, where they beat oneDNN's emulation 2.4x): the peak benchmarks
+// without bf16 instructions, where they beat oneDNN's emulation 3x): the peak benchmarks
 // quote, measured with the library rather than with the runtime's own AMX kernel.
 void OneDnnGemm(int64_t m, float alpha, const uint16_t* a, int64_t lda, const PackedBf16Weight& w,
                 float beta, float* c, int64_t ldc);
