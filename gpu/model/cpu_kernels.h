@@ -138,9 +138,10 @@ class CpuForwardKernels final : public ForwardKernels {
   // instead of a pass over memory per step (a 16k-token prefill's MLPs wrote and read back 134 MB
   // per layer; the GEMMs ran at half their in-cache rate). A row's tile depends only on n, so its
   // bits do not depend on the thread count. Against one whole-rows product a row differs at most by
-  // the GEMM's rounding in a call of another row count: none where the GEMM is row-stable (packed
-  // bf16 weights on AMX at any shape, gemm.h; elsewhere oneDNN at builtin:small's shapes: a
-  // 3,000-token bf16 prefill gives the same logits bit for bit).
+  // the GEMM's rounding in a call of another row count: none where the GEMM is row-stable, as
+  // gemm_test checks on every ISA tier (packed bf16 weights on AMX and on oneDNN's AVX512-BF16
+  // kernels at every probed shape, RowStableGemm elsewhere; a 3,000-token bf16 prefill gives
+  // the same logits bit for bit).
   void MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t im, const float* x,
                const uint16_t* x16, std::span<const int64_t> index, int64_t n, int64_t hidden,
                float* y, std::span<const float> scale = {});

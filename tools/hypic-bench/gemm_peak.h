@@ -6,7 +6,8 @@
 // The bf16 peak is oneDNN's faster of a plain-layout B and a B packed in
 // its blocked layout (cpu::PackedBf16Weight, as the model's weights are held; cpu::OneDnnGemm,
 // not the runtime's AMX kernel): the packed one skips oneDNN's per-call copy of B, 10-13%
-// faster on an AMX Xeon (2026-12-02).
+// faster on an AMX Xeon (2026-12-02). On a CPU without bf16 instructions both are
+// RowStableGemm's widened product, which beats oneDNN's emulation there 3x (gemm.h).
 // Header-only; thread-compatible.
 #pragma once
 

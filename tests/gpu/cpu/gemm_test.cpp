@@ -342,6 +342,9 @@ TEST_CASE("RowStableGemm: each element is one FMA chain over k, in order, on eve
     }
     std::vector<uint16_t> panels(static_cast<size_t>(RowStablePanelElements(n, k)));
     PackRowStablePanels(w16.data(), n, k, panels.data());
+    // A rounded to bf16 by the panels' product: its chain runs on the rounded A.
+    std::vector<uint16_t> ar16;
+    const auto ar = RoundedToBf16(a, &ar16);
     for (int threads : {1, 2}) {
       ScopedComputeThreads budget(threads);
       INFO("m=", m, " n=", n, " k=", k, " threads=", threads);
@@ -350,9 +353,6 @@ TEST_CASE("RowStableGemm: each element is one FMA chain over k, in order, on eve
                     got.data(), n);
       CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
       std::vector<float> from_panels(want.size(), std::numeric_limits<float>::quiet_NaN());
-      // A rounded to bf16 by the product: compare against the chain on the rounded A.
-      std::vector<uint16_t> ar16;
-      const auto ar = RoundedToBf16(a, &ar16);
       RowStableGemmPanelsRoundingA(m, n, k, 1.0f, a.data(), k, panels.data(), 0.0f,
                                    from_panels.data(), n);
       int64_t differ = 0;
