@@ -118,8 +118,10 @@ class CpuForwardKernels final : public ForwardKernels {
   void SwiGluMlp(DeviceWeight gate_up, DeviceWeight down, int64_t im, const float* x,
                  const uint16_t* x16, int64_t rows, int64_t hidden, float* gu, float* out) override;
   void MoeExperts(const MoeArgs& args) override;
-  void SharedExpertAdd(const float* x, const float* gate_w, const float* out, float* y,
-                       int64_t rows, int64_t dim) override;
+  // The gates first, then MlpRows with them as its scale: no `gu`, no `out`.
+  void SharedExpert(DeviceWeight gate_up, DeviceWeight down, int64_t im, const float* gate_w,
+                    const float* x, const uint16_t* x16, int64_t rows, int64_t hidden, float* gu,
+                    float* out, float* y) override;
 
   // MoeExperts once routed, as one grouped step: for each of the `rows` rows r of y (rows of
   // `hidden`, as x's), y[r] = (accumulate ? y[r] : 0) + w * down(silu(gate(x[r])) * up(x[r]))
@@ -130,18 +132,18 @@ class CpuForwardKernels final : public ForwardKernels {
   void RoutedExperts(const float* x, const uint16_t* x16, std::span<const ExpertWork> experts,
                      int64_t hidden, int64_t rows, float* y, bool accumulate);
   // y[j] = down(silu(gate(x_j)) * up(x_j)) for the n rows x_j = x[index[j]] (x[j] when index
-  // is empty), rows of `hidden`; `x16` as in RoutedExperts. With `scale` (n weights, and an
-  // index of distinct rows) the rows are added instead, y[index[j]] += scale[j] * (...), as
-  // RoutedExperts sums them, from the tile in cache. The rows go in tiles of at most 64 (a
-  // few tiles evened out), whole tiles to each compute thread, each tile from its gather to its
-  // down product on one thread, so its gate-up products and activations stay in that core's cache
-  // instead of a pass over memory per step (a 16k-token prefill's MLPs wrote and read back 134 MB
-  // per layer; the GEMMs ran at half their in-cache rate). A row's tile depends only on n, so its
-  // bits do not depend on the thread count. Against one whole-rows product a row differs at most by
-  // the GEMM's rounding in a call of another row count: none where the GEMM is row-stable, as
-  // gemm_test checks on every ISA tier (packed bf16 weights on AMX and on oneDNN's AVX512-BF16
-  // kernels at every probed shape, RowStableGemm elsewhere; a 3,000-token bf16 prefill gives
-  // the same logits bit for bit).
+  // is empty), rows of `hidden`; `x16` as in RoutedExperts. With `scale` (n weights; an
+  // index, if any, of distinct rows) the rows are added instead, y[index[j]] += scale[j] *
+  // (...), as RoutedExperts and SharedExpert sum them, from the tile in cache. The rows go in tiles
+  // of at most 64 (a few tiles evened out), whole tiles to each compute thread, each tile from its
+  // gather to its down product on one thread, so its gate-up products and activations stay in that
+  // core's cache instead of a pass over memory per step (a 16k-token prefill's MLPs wrote and read
+  // back 134 MB per layer; the GEMMs ran at half their in-cache rate). A row's tile depends only on
+  // n, so its bits do not depend on the thread count. Against one whole-rows product a row differs
+  // at most by the GEMM's rounding in a call of another row count: none where the GEMM is
+  // row-stable, as gemm_test checks on every ISA tier (packed bf16 weights on AMX and on oneDNN's
+  // AVX512-BF16 kernels at every probed shape, RowStableGemm elsewhere; a 3,000-token bf16 prefill
+  // gives the same logits bit for bit).
   void MlpRows(DeviceWeight gate_up, DeviceWeight down, int64_t im, const float* x,
                const uint16_t* x16, std::span<const int64_t> index, int64_t n, int64_t hidden,
                float* y, std::span<const float> scale = {});
@@ -168,6 +170,7 @@ class CpuForwardKernels final : public ForwardKernels {
     std::vector<std::pair<int32_t, int32_t>> routed;  // ... as (expert, index in its rows)
     std::vector<int32_t> chosen;                      // MoeExperts' routing, [rows, top_k]
     std::vector<float> chosen_weights;
+    std::vector<float> shared_gates;                // SharedExpert's, per row
     Buffer expert_out;                              // RoutedExperts' outputs, expert by expert
     std::vector<int64_t> expert_out_offsets;        // ... each expert's first element in it
     std::vector<std::vector<int64_t>> expert_rows;  // MoeExperts' routing, per expert

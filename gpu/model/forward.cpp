@@ -522,9 +522,10 @@ void Model::Pass::MlpLayer(int64_t li, const float* xn, const uint16_t* xn16, in
                 .experts = experts_,
                 .y = y});
   if (m.shared.intermediate > 0) {
-    float* out = Scratch(kExpertOut, rows * h);
-    SwiGlu(m.shared, xn, xn16, rows, out);
-    k.SharedExpertAdd(xn, Weight(m.shared_gate), out, y, rows, h);
+    const int64_t im = m.shared.intermediate;
+    k.SharedExpert(Weight(m.shared.gate_up), Weight(m.shared.down), im, Weight(m.shared_gate), xn,
+                   xn16, rows, h, Scratch(kGateUp, rows * 2 * im), Scratch(kExpertOut, rows * h),
+                   y);
   }
 }
 

@@ -272,9 +272,14 @@ class ForwardKernels {
   // and runs the experts as a grouped step (CpuForwardKernels::RoutedExperts); CUDA routes on
   // the device, with no host synchronisation.
   virtual void MoeExperts(const MoeArgs& args) = 0;
-  // y[r] += sigmoid(x[r] . gate_w) * out[r].
-  virtual void SharedExpertAdd(const float* x, const float* gate_w, const float* out, float* y,
-                               int64_t rows, int64_t dim) = 0;
+  // An MoE layer's shared expert added to the routed experts' sum: y[r] += sigmoid(x[r] .
+  // gate_w) * SwiGluMlp's row r (gate_up, down, im, x16 as there; the gate's dot product in
+  // double, forward_math.h's SharedExpertGate). `gu` (rows * 2 * im floats) and `out` (rows *
+  // hidden) are scratch: CUDA runs SwiGluMlp into `out` and adds it; the CPU adds each row
+  // tile's output into y from cache and uses neither.
+  virtual void SharedExpert(DeviceWeight gate_up, DeviceWeight down, int64_t im,
+                            const float* gate_w, const float* x, const uint16_t* x16, int64_t rows,
+                            int64_t hidden, float* gu, float* out, float* y) = 0;
 };
 
 // What a backend keeps per model and device between passes (for CUDA: the uploaded weights,

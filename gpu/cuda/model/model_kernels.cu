@@ -566,12 +566,14 @@ class CudaForwardKernels final : public ForwardKernels {
     if (ok()) Record(RunCudaMoe(a, workspace, ctx_->blas(), s_));
   }
 
-  void SharedExpertAdd(const float* x, const float* gate_w, const float* out, float* y,
-                       int64_t rows, int64_t dim) override {
+  void SharedExpert(DeviceWeight gate_up, DeviceWeight down, int64_t im, const float* gate_w,
+                    const float* x, const uint16_t* x16, int64_t rows, int64_t hidden, float* gu,
+                    float* out, float* y) override {
+    SwiGluMlp(gate_up, down, im, x, x16, rows, hidden, gu, out);
     float* gate = Alloc<float>(rows);
     if (!ok()) return;
-    Launch(SharedGateKernel, rows, x, gate_w, rows, dim, gate);
-    Launch(RowScaleAddKernel, rows * dim, y, gate, out, rows, dim);
+    Launch(SharedGateKernel, rows, x, gate_w, rows, hidden, gate);
+    Launch(RowScaleAddKernel, rows * hidden, y, gate, out, rows, hidden);
   }
 
  private:

@@ -2,6 +2,7 @@
 // (few rows per expert: experts side by side; many: one after another with the whole budget),
 // fp32 and bf16 weights, at a 2-thread budget; AddRmsNorm against Add and RmsNorm; the tiled
 // SwiGluMlp against the default's whole-rows Gemm, SwiGlu, Gemm and at 1 and 2 threads;
+// SharedExpert against SwiGluMlp then the gated sum;
 // RopeRows against ApplyRope on a copy and against the rotation written out per pair, and
 // RopeRowsToBf16 against RopeRows then the rounding;
 // GdnConvInputsBlocks against the default's GdnConvInputs block by block; LinearSteps against
@@ -203,6 +204,64 @@ TEST_CASE("SwiGluMlp's row tiles: the whole-rows product's values, the same bits
         k.SwiGluMlp(w.gate_up, w.down, im, x.data(), nullptr, rows, hidden, nullptr,
                     rounded.data());
         CHECK(rounded == got);
+      }
+    }
+  }
+}
+
+TEST_CASE("SharedExpert adds the gated SwiGluMlp rows into y, the same bits at any budget") {
+  constexpr int64_t hidden = 256, im = 192;
+  testing::SeededRng rng(13);
+  auto gu = rng.NormalVector(static_cast<size_t>(2 * im * hidden), 0.2f);
+  auto down = rng.NormalVector(static_cast<size_t>(hidden * im), 0.2f);
+  const auto gate_w = rng.NormalVector(static_cast<size_t>(hidden), 0.1f);
+  std::vector<uint16_t> gu16(gu.size()), down16(down.size());
+  for (size_t i = 0; i < gu.size(); ++i) gu16[i] = F32ToBf16(gu[i]);
+  for (size_t i = 0; i < down.size(); ++i) down16[i] = F32ToBf16(down[i]);
+  for (const bool bf16 : {false, true}) {
+    const DeviceWeight w_gu =
+        bf16 ? DeviceWeight(DType::kBF16, gu16.data()) : DeviceWeight(gu.data());
+    const DeviceWeight w_down =
+        bf16 ? DeviceWeight(DType::kBF16, down16.data()) : DeviceWeight(down.data());
+    // One row, a partial tile, a few tiles evened out, many tiles with a tail.
+    for (int64_t rows : {1, 63, 160, 1100}) {
+      CAPTURE(bf16);
+      CAPTURE(rows);
+      const auto x = rng.NormalVector(static_cast<size_t>(rows * hidden));
+      const auto y0 = rng.NormalVector(static_cast<size_t>(rows * hidden));  // the routed sum
+      CpuForwardKernels k;
+      const uint16_t* x16 = bf16 ? k.Bf16Rows(x.data(), hidden, rows, hidden) : nullptr;
+      // The unfused steps in float64 over the MLP's own rows: only the gate's and the sum's
+      // roundings (and whether they fuse a multiply-add) may differ, an ulp or two.
+      std::vector<float> out(static_cast<size_t>(rows * hidden));
+      k.SwiGluMlp(w_gu, w_down, im, x.data(), x16, rows, hidden, nullptr, out.data());
+      std::vector<float> first;
+      for (const int threads : {1, 2}) {
+        cpu::ScopedComputeThreads budget(threads);
+        std::vector<float> got = y0;
+        k.SharedExpert(w_gu, w_down, im, gate_w.data(), x.data(), x16, rows, hidden, nullptr,
+                       nullptr, got.data());
+        double worst = 0.0;
+        for (int64_t r = 0; r < rows; ++r) {
+          double dot = 0.0;
+          for (int64_t c = 0; c < hidden; ++c) {
+            dot += static_cast<double>(x[r * hidden + c]) * gate_w[c];
+          }
+          const double g = 1.0 / (1.0 + std::exp(-dot));
+          for (int64_t c = 0; c < hidden; ++c) {
+            const size_t i = static_cast<size_t>(r * hidden + c);
+            const double want = y0[i] + g * out[i];
+            const double size = std::abs(static_cast<double>(y0[i])) + std::abs(g * out[i]);
+            worst = std::max(worst, std::abs(got[i] - want) / size);
+          }
+        }
+        INFO("threads ", threads, ": worst error relative to |y| + |g out| ", worst);
+        CHECK(worst < 1e-6);
+        if (first.empty()) {
+          first = got;
+        } else {
+          CHECK(got == first);
+        }
       }
     }
   }
