@@ -6,8 +6,7 @@
 
 namespace hypic::server {
 
-BodyBuffer::BodyBuffer(PendingBudget& budget, uint64_t length)
-    : budget_(&budget), length_(length) {}
+BodyBuffer::BodyBuffer(ByteBudget& budget, uint64_t length) : budget_(&budget), length_(length) {}
 
 BodyBuffer::~BodyBuffer() { ReleaseAll(); }
 

@@ -4,7 +4,7 @@
 // never passes the declared length, so a complete body is a HostBuffer of exactly that length.
 // Below HostBuffer::kMapThreshold a growth copies (the copies of the doublings add up to less
 // than the body); above it the pages are remapped, not copied. Every byte of capacity is
-// reserved from the daemon's PendingBudget before the buffer grows, and given back by Take
+// reserved from the daemon's ByteBudget before the buffer grows, and given back by Take
 // (the complete body, then the connection's in-flight bytes) or by the destructor (a body
 // dropped). So an attacker holds at most what it sent plus one growth step, and all of them
 // together at most the budget. Move-only; not thread-safe (one per session, on its strand).
@@ -15,9 +15,9 @@
 #include <memory>
 #include <span>
 
+#include "core/byte_budget.h"
 #include "core/host_buffer.h"
 #include "core/status.h"
-#include "server/pending_budget.h"
 
 namespace hypic::server {
 
@@ -27,7 +27,7 @@ class BodyBuffer {
   static constexpr size_t kMaxGrowStep = 32 << 20;
 
   // REQUIRES: `budget` outlives the buffer.
-  BodyBuffer(PendingBudget& budget, uint64_t length);
+  BodyBuffer(ByteBudget& budget, uint64_t length);
   ~BodyBuffer();
   BodyBuffer(BodyBuffer&& other) noexcept;
   BodyBuffer& operator=(BodyBuffer&& other) noexcept;
@@ -57,7 +57,7 @@ class BodyBuffer {
  private:
   void ReleaseAll();
 
-  PendingBudget* budget_;
+  ByteBudget* budget_;
   uint64_t length_;
   uint64_t received_ = 0;
   HostBuffer buffer_;  // its size() is the capacity

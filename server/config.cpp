@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "gpu/backend.h"
 #include "gpu/model/checkpoint.h"
@@ -271,6 +272,11 @@ std::vector<ConfigKey> BuildKeys() {
       "prefix_cache_capacity",
       "COMPOSE mode prefix checkpoint bytes; auto = min(4GiB, 25% of the RAM tier); 0 disables",
       &ServerConfig::prefix_cache_capacity));
+  keys.push_back(CapacityKey(
+      "max_pass_bytes",
+      "working memory all forward passes may hold at once: a pass over it is refused TOO_LARGE, "
+      "one the running passes leave no room for BUSY; auto = 50% of physical RAM; 0 = no limit",
+      &ServerConfig::max_pass_bytes));
   keys.push_back(U32Key("io_threads",
                         "network threads, each serving its own connections; 0 = one per core",
                         &ServerConfig::io_threads, 0));
@@ -958,13 +964,19 @@ std::string ConfigHelp() {
 }
 
 Status ResolveMachineDefaults(ServerConfig& c) {
-  if (!c.ram_capacity) {
-    long pages = sysconf(_SC_PHYS_PAGES);
-    long page_size = sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || page_size <= 0) {
-      return Internal("config key 'ram_capacity': cannot read physical memory; set it");
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  const uint64_t ram = pages > 0 && page_size > 0
+                           ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)
+                           : 0;
+  for (auto [name, field, share] :
+       {std::tuple{"ram_capacity", &ServerConfig::ram_capacity, 4},
+        std::tuple{"max_pass_bytes", &ServerConfig::max_pass_bytes, 2}}) {
+    if (c.*field) continue;
+    if (ram == 0) {
+      return Internal(fmt::format("config key '{}': cannot read physical memory; set it", name));
     }
-    c.ram_capacity = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size) / 4;
+    c.*field = ram / static_cast<uint64_t>(share);
   }
   if (!c.ssd_capacity) {
     // The data dir may not exist yet: measure the nearest existing ancestor's file system.

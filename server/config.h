@@ -125,6 +125,10 @@ struct ServerConfig {
   uint32_t peer_backoff_ms = 500;    // first backoff of a failed peer (doubling, to 30 s)
   // COMPOSE mode `prefix` checkpoints; nullopt = "auto" until resolved; 0 disables the mode.
   std::optional<uint64_t> prefix_cache_capacity;
+  // Working memory all forward passes may hold at once (gpu/model/pass_memory.h): a pass over
+  // it alone is refused TOO_LARGE, one the running passes leave no room for BUSY. nullopt =
+  // "auto" until resolved (half of physical RAM); 0 = no limit.
+  std::optional<uint64_t> max_pass_bytes;
 
   // Threads and queues.
   uint32_t io_threads = 0;       // 0 = hardware concurrency

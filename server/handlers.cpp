@@ -844,8 +844,8 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
   if (!composed.ok()) {
     StatusCode code = composed.status().code();
     if (code == StatusCode::kBadRequest || code == StatusCode::kBusy ||
-        code == StatusCode::kDeadlineExceeded || code == StatusCode::kShuttingDown ||
-        code == StatusCode::kCancelled) {
+        code == StatusCode::kTooLarge || code == StatusCode::kDeadlineExceeded ||
+        code == StatusCode::kShuttingDown || code == StatusCode::kCancelled) {
       return composed.status();
     }
     return ComputeFailed(composed.status().ToString());

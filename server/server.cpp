@@ -120,7 +120,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
   s->metrics_ = std::make_unique<Metrics>();
   s->tenants_ = std::make_unique<Tenants>(c);
   Metrics* metrics_ptr = s->metrics_.get();
-  s->pending_ = std::make_unique<PendingBudget>(
+  s->pending_ = std::make_unique<ByteBudget>(
       c.max_pending_request_bytes,
       [metrics_ptr](int64_t delta) { metrics_ptr->AddPendingRequestBytes(delta); });
 
@@ -129,7 +129,8 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
   if (c.model != "none") {
     HYPIC_LOG_INFO("gemm: {}", cpu::GemmSummary());
     const model::ReadOptions read{.weights = *model::ParseWeightsDType(c.weights_dtype),
-                                  .cuda_tf32 = c.cuda_tf32};
+                                  .cuda_tf32 = c.cuda_tf32,
+                                  .max_pass_bytes = c.max_pass_bytes.value_or(0)};
     auto model = model::LoadModel(c.model, c.ModelCacheDir(), read);
     if (!model.ok()) return model.status().WithContext("config key 'model' (" + c.model + ")");
     s->model_ = std::move(model).value();

@@ -10,7 +10,7 @@
 // Connections over max_connections are accepted, sent a GOAWAY(BUSY) and closed, so the
 // client learns why; existing connections are unaffected (RELIABILITY row 7). So are TCP
 // connections from an address that already has max_preauth_connections_per_peer connections
-// that have not completed HELLO. The PendingBudget (max_pending_request_bytes) is shared by
+// that have not completed HELLO. The ByteBudget (max_pending_request_bytes) is shared by
 // every session's partially received bodies.
 // Thread-safe: RequestShutdown may be called from any thread; the rest from main.
 #pragma once
@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/byte_budget.h"
 #include "core/thread_annotations.h"
 #include "gpu/model/compute_device.h"
 #include "gpu/model/prefix_cache.h"
@@ -40,7 +41,6 @@
 #include "server/handlers.h"
 #include "server/metrics.h"
 #include "server/peer.h"
-#include "server/pending_budget.h"
 #include "server/tenants.h"
 #include "storage/tier_manager.h"
 
@@ -66,7 +66,7 @@ class Server {
   Metrics& metrics() { return *metrics_; }
   Handlers& handlers() { return *handlers_; }
   const Tenants& tenants() const { return *tenants_; }
-  PendingBudget& pending_budget() { return *pending_; }
+  ByteBudget& pending_budget() { return *pending_; }
   uint16_t tcp_port() const { return tcp_port_; }
 
   // Session bookkeeping (called by Session on its strand).
@@ -96,7 +96,7 @@ class Server {
   ServerConfig config_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Tenants> tenants_;
-  std::unique_ptr<PendingBudget> pending_;
+  std::unique_ptr<ByteBudget> pending_;
   std::unique_ptr<storage::TierManager> store_;
   std::shared_ptr<const model::Model> model_;
   // The miss path (with a model): the workers, the transport (host copies, or the HBM tier's

@@ -7,7 +7,7 @@
 // kSmallFrameMax are decoded in the receive buffer, which grows (to kSmallFrameMax at most)
 // only when a frame's bytes fill it. A larger body is read straight into its own BodyBuffer,
 // which grows with the bytes received, never from the declared length, and reserves what it
-// holds from the daemon-wide PendingBudget (max_pending_request_bytes). A body the budget
+// holds from the daemon-wide ByteBudget (max_pending_request_bytes). A body the budget
 // cannot cover is answered BUSY at once, its bytes so far are freed, and the rest of it is read
 // and discarded, so the stream stays in sync and the connection goes on. A large frame that
 // ServerSession::Admit refuses (an op the tenant may not run, e.g. PUT without `write`) is

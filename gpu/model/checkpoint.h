@@ -40,6 +40,10 @@ struct ReadOptions {
   // fingerprint when it changes the arithmetic (an f32 checkpoint), so such entries are keyed
   // apart from exact ones. No effect on the CPU or on bf16 weights.
   bool cuda_tf32 = false;
+  // Not a reading option but the loaded Model's: the working memory all its passes may hold
+  // at once (pass_memory.h; 0: no limit). A pass over it alone is refused kTooLarge, one that
+  // the passes running beside it leave no room for kBusy.
+  uint64_t max_pass_bytes = 0;
 };
 
 struct LoadedCheckpoint {

@@ -320,13 +320,18 @@ CpuForwardKernels::CpuForwardKernels() : scratch_(std::exchange(ThreadScratch(),
 
 CpuForwardKernels::~CpuForwardKernels() {
   constexpr size_t kKeptScratchBytes = size_t{2048} << 20;
-  size_t bytes = (scratch_.x_bf16.capacity() + scratch_.rows_bf16.capacity()) * sizeof(uint16_t) +
-                 scratch_.kv_pack.capacity() * sizeof(uint32_t) +
-                 scratch_.kv_gather.capacity() * sizeof(float);
-  for (const Buffer& b : scratch_.slots) bytes += static_cast<size_t>(b.capacity) * sizeof(float);
-  bytes += static_cast<size_t>(scratch_.expert_out.capacity) * sizeof(float);
   ScratchSet& kept = ThreadScratch();
-  if (kept.slots.empty() && bytes <= kKeptScratchBytes) kept = std::move(scratch_);
+  if (kept.slots.empty() && scratch_.Bytes() <= kKeptScratchBytes) kept = std::move(scratch_);
+}
+
+size_t CpuForwardKernels::ThreadScratchBytes() { return ThreadScratch().Bytes(); }
+
+size_t CpuForwardKernels::ScratchSet::Bytes() const {
+  size_t bytes = (x_bf16.capacity() + rows_bf16.capacity()) * sizeof(uint16_t) +
+                 kv_pack.capacity() * sizeof(uint32_t) + kv_gather.capacity() * sizeof(float) +
+                 static_cast<size_t>(expert_out.capacity) * sizeof(float);
+  for (const Buffer& b : slots) bytes += static_cast<size_t>(b.capacity) * sizeof(float);
+  return bytes;
 }
 
 const float* CpuForwardKernels::WidenInput(DType dtype, const void*, MemoryKind memory, int64_t n) {

@@ -67,6 +67,11 @@ class CpuForwardKernels final : public ForwardKernels {
   CpuForwardKernels(const CpuForwardKernels&) = delete;
   CpuForwardKernels& operator=(const CpuForwardKernels&) = delete;
 
+  // The bytes of the scratch the calling thread keeps between passes (a pass takes it and
+  // gives it back grown, unless it grew past 2 GiB): after one pass on a fresh thread, what
+  // that pass's buffers took (pass_memory.h's bound is checked against it).
+  static size_t ThreadScratchBytes();
+
   float* Scratch(int slot, int64_t n) override;
   const float* Weight(const std::vector<float>& host) override { return host.data(); }
   DeviceWeight Weight(const WeightTensor& host) override {
@@ -184,6 +189,8 @@ class CpuForwardKernels final : public ForwardKernels {
     };
     std::vector<RowTile> row_tiles;
     std::vector<float> kv_gather;  // fp32 attention's K and V gathered from spans
+    // The bytes of the buffers that grow with a pass's rows and positions.
+    size_t Bytes() const;
   };
   static ScratchSet& ThreadScratch();
   ScratchSet scratch_;

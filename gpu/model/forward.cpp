@@ -148,6 +148,17 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits,
   const ModelWeights& w = model_.weights_;
   const int64_t rows = live_tokens(), h = c.hidden_size;
   if (rows == 0) return Internal("a pass needs at least one live token");
+  const int64_t logit_rows = logits == nullptr ? 0 : all_logits ? rows : 1;
+  // The pass's working memory is reserved before any of it is allocated (pass_memory.h), and
+  // held until the pass ends.
+  PassSize size{
+      .live_rows = rows,
+      .positions = end_pos_,
+      .logit_rows = logit_rows,
+      .state_kept = state_use_ == StateUse::kKept || device_.kind != gpu::BackendKind::kCpu};
+  for (const Block& b : blocks_) size.cached_blocks += b.live ? 0 : 1;
+  if (capture_block_ >= 0) size.captured_rows = blocks_[static_cast<size_t>(capture_block_)].n;
+  HYPIC_ASSIGN_OR_RETURN(const ByteReservation reservation, model_.ReservePass(size));
   HYPIC_ASSIGN_OR_RETURN(kernels_, CreateForwardKernels(device_, w, *model_.device_cache_));
   ForwardKernels& k = *kernels_;
   const auto eps = static_cast<float>(c.rms_norm_eps);
@@ -163,7 +174,6 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits,
   const uint16_t* xn16 = bf16_products ? k.Bf16Rows(xn, h, rows, h) : nullptr;
   // Rows [rows - logit_rows, rows) get logits. The last layer computes its output for those
   // rows only, widened to the last kMinOutputRows rows (OutputRows) when it has any.
-  const int64_t logit_rows = logits == nullptr ? 0 : all_logits ? rows : 1;
   const int64_t last_out_rows =
       logit_rows == 0 ? 0 : std::min(rows, std::max(logit_rows, kMinOutputRows));
   // The residual step over `out`'s rows: x += y, xn = norm(x) (and xn16 its bf16 rounding,

@@ -94,12 +94,13 @@ Result<ComposeMode> ComposeModeFromName(std::string_view name) {
 }
 
 Model::Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerprint,
-             size_t checkpoint_bytes, bool cuda_tf32)
+             size_t checkpoint_bytes, bool cuda_tf32, uint64_t max_pass_bytes)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       fingerprint_(fingerprint),
       checkpoint_bytes_(checkpoint_bytes),
-      device_cache_(std::make_shared<DeviceContextCache>(cuda_tf32)) {
+      device_cache_(std::make_shared<DeviceContextCache>(cuda_tf32)),
+      pass_budget_(max_pass_bytes > 0 ? std::make_unique<ByteBudget>(max_pass_bytes) : nullptr) {
   // Packed once here, so no product copies a weight into oneDNN's layout (weights.h).
   weights_.PackForCpuGemm(config_.hidden_size);
 }
@@ -203,6 +204,26 @@ Result<ModelState> Model::StateFromTensors(int64_t n_positions,
     }
   }
   return s;
+}
+
+Result<ByteReservation> Model::ReservePass(const PassSize& size) const {
+  if (!pass_budget_) return ByteReservation{};
+  const uint64_t bytes = PassBytes(config_, size);
+  const auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
+  if (bytes > pass_budget_->limit()) {
+    return TooLarge(fmt::format(
+        "a pass of {} live tokens over {} positions needs about {:.0f} MiB of working memory, "
+        "over max_pass_bytes ({:.0f} MiB): split the prompt into cached segments, or raise "
+        "max_pass_bytes",
+        size.live_rows, size.positions, mib(bytes), mib(pass_budget_->limit())));
+  }
+  if (!pass_budget_->TryReserve(bytes)) {
+    return Busy(fmt::format(
+        "a pass of {} live tokens needs about {:.0f} MiB of working memory and the passes "
+        "running now hold {:.0f} of max_pass_bytes' {:.0f} MiB: retry later",
+        size.live_rows, mib(bytes), mib(pass_budget_->bytes()), mib(pass_budget_->limit())));
+  }
+  return ByteReservation(pass_budget_.get(), bytes);
 }
 
 Result<PrefillResult> Model::FullPrefill(std::span<const uint32_t> tokens,
@@ -413,7 +434,7 @@ Result<std::shared_ptr<const Model>> LoadModel(std::string_view spec,
     fingerprint = s.Digest();
   }
   return std::make_shared<const Model>(std::move(ckpt.config), std::move(ckpt.weights), fingerprint,
-                                       ckpt.checkpoint_bytes, tf32);
+                                       ckpt.checkpoint_bytes, tf32, options.max_pass_bytes);
 }
 
 }  // namespace hypic::model

@@ -58,12 +58,14 @@
 #include <vector>
 
 #include "core/aligned_vector.h"
+#include "core/byte_budget.h"
 #include "core/segment_entry.h"
 #include "core/segment_key.h"
 #include "core/status.h"
 #include "gpu/model/checkpoint.h"
 #include "gpu/model/compute_device.h"
 #include "gpu/model/config.h"
+#include "gpu/model/pass_memory.h"
 #include "gpu/model/weights.h"
 
 namespace hypic::model {
@@ -181,8 +183,9 @@ class Model {
  public:
   // checkpoint_bytes: the bytes of the checkpoint tensors the weights came from (0: none).
   // cuda_tf32: ReadOptions::cuda_tf32 (the caller folds it into `fingerprint`).
+  // max_pass_bytes: ReadOptions::max_pass_bytes.
   Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerprint,
-        size_t checkpoint_bytes = 0, bool cuda_tf32 = false);
+        size_t checkpoint_bytes = 0, bool cuda_tf32 = false, uint64_t max_pass_bytes = 0);
 
   const ModelConfig& config() const { return config_; }
   // The checkpoint's fingerprint, folded with the GEMM weights' precision when that is bf16
@@ -192,6 +195,10 @@ class Model {
   DType weights_dtype() const { return weights_.embed.dtype(); }
   size_t resident_weight_bytes() const { return weights_.ResidentBytes(); }
   size_t checkpoint_bytes() const { return checkpoint_bytes_; }
+  // The passes' working-memory budget (pass_memory.h): its limit (0: none) and what the
+  // passes running now hold of it.
+  uint64_t max_pass_bytes() const { return pass_budget_ ? pass_budget_->limit() : 0; }
+  uint64_t pass_bytes_in_use() const { return pass_budget_ ? pass_budget_->bytes() : 0; }
 
   // kBadRequest on an empty prompt or a token >= vocab.
   Result<PrefillResult> FullPrefill(std::span<const uint32_t> tokens,
@@ -258,12 +265,16 @@ class Model {
   Result<ComposeResult> ComposeState(ModelState& state, std::span<const ComposePart> parts,
                                      const ComposeOptions& options, StateUse use) const;
 
+  // Reserves a pass's working memory from the budget before it allocates (Pass::Run).
+  Result<ByteReservation> ReservePass(const PassSize& size) const;
+
   ModelConfig config_;
   ModelWeights weights_;
   ModelFingerprint fingerprint_;
   size_t checkpoint_bytes_;
   // Per-device contexts (weights uploaded on first use); shared so the type stays opaque here.
   std::shared_ptr<DeviceContextCache> device_cache_;
+  std::unique_ptr<ByteBudget> pass_budget_;  // null: no limit
 };
 
 // Loads `spec`: a model directory (config.json + safetensors), or "builtin:NAME" for a preset

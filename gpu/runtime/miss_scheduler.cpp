@@ -384,9 +384,15 @@ void MissScheduler::WorkerLoop(size_t w) {
       }
       if (!computed.ok()) {
         ++stats_.prefills_failed;
-        Status failed =
-            ComputeFailed(fmt::format("prefill of segment {} on {}: {}", flight->job.key.ToHex(),
-                                      worker.name(), computed.status().ToString()));
+        // A pass refused for its working memory (model/pass_memory.h) keeps its code: the
+        // client learns the segment is too large, or to retry.
+        const StatusCode code = computed.status().code();
+        const std::string what =
+            fmt::format("prefill of segment {} on {}: {}", flight->job.key.ToHex(), worker.name(),
+                        computed.status().ToString());
+        Status failed = code == StatusCode::kTooLarge || code == StatusCode::kBusy
+                            ? Status(code, what)
+                            : ComputeFailed(what);
         auto waiters = flight->waiters;
         for (auto& [request, slot] : waiters) Complete(*request, failed);
         EraseFlight(flight);

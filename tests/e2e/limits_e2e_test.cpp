@@ -1,7 +1,8 @@
 // RELIABILITY rows 5, 6, 7, 10 and 15 against the real hypicd, with small limits set through
 // flags: twice the connection limit, slowloris (HELLO, header, body and idle deadlines), a
 // client that pipelines and never reads (backpressure, bounded memory), a full compute queue
-// (BUSY at once), a request deadline, and SIGTERM under load (drain, exit 0).
+// (BUSY at once), a request deadline, a prompt over the pass memory budget (TOO_LARGE), and
+// SIGTERM under load (drain, exit 0).
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -215,6 +216,44 @@ TEST_CASE("compute queue: BUSY at once when full, DEADLINE_EXCEEDED when late") 
     if (r->header.request_id == 901) CHECK(r->status() == StatusCode::kDeadlineExceeded);
     if (r->header.request_id == 900) CHECK(r->status() == StatusCode::kOk);
   }
+}
+
+TEST_CASE("max_pass_bytes: a prompt too large for the pass budget is TOO_LARGE, not a crash") {
+  // builtin:tiny needs about 4.5 KB of working memory per live token beside ~0.3 MB fixed:
+  // 1 MiB holds ~170.
+  DaemonOptions o;
+  o.args = {"--max-pass-bytes", "1MiB"};
+  auto d = Daemon::Start(o);
+  REQUIRE_OK(d);
+  auto c = RawConn::TcpHello((*d)->port());
+  REQUIRE_OK(c);
+  const auto raw = [](uint32_t tokens) {
+    protocol::ComposeRequest req;
+    req.mode = protocol::ComposeMode::kFull;
+    protocol::ComposePart part;
+    part.kind = protocol::PartKind::kRaw;
+    for (uint32_t t = 0; t < tokens; ++t) part.tokens.push_back((t * 7 + 3) % 250);
+    req.parts = {part};
+    return req;
+  };
+  // COMPOSE: the combine's pass.
+  auto big = c->Call(Opcode::kCompose, protocol::Encode(raw(5000)), {}, {}, 30s);
+  REQUIRE_OK(big);
+  CHECK(big->status() == StatusCode::kTooLarge);
+  CHECK(big->text().find("max_pass_bytes") != std::string::npos);
+  // PREFILL: a missed segment's pass on a prefill worker.
+  protocol::PrefillRequest prefill;
+  prefill.segments = {raw(5000).parts[0].tokens};
+  auto segment = c->Call(Opcode::kPrefill, protocol::Encode(prefill), {}, {}, 30s);
+  REQUIRE_OK(segment);
+  CHECK(segment->status() == StatusCode::kTooLarge);
+  CHECK(segment->text().find("max_pass_bytes") != std::string::npos);
+  // A prompt that fits is served, and so is everything after.
+  auto small = c->Call(Opcode::kCompose, protocol::Encode(raw(64)), {}, {}, 30s);
+  REQUIRE_OK(small);
+  CHECK(small->status() == StatusCode::kOk);
+  ExpectServing(*c);
+  CHECK((*d)->Alive());
 }
 
 TEST_CASE("SIGTERM under load: requests finish or get SHUTTING_DOWN, exit 0") {

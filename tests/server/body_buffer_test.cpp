@@ -1,4 +1,4 @@
-// BodyBuffer and PendingBudget: a body grows with the bytes received (never from its declared
+// BodyBuffer and ByteBudget: a body grows with the bytes received (never from its declared
 // length), keeps every byte across its growth, holds in the budget exactly its capacity, and
 // gives it back when taken or dropped; the budget never passes its limit, under contention too.
 #include "server/body_buffer.h"
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/pending_budget.h"
+#include "core/byte_budget.h"
 #include "tests/support/check_ok.h"
 
 namespace hypic::server {
@@ -24,7 +24,7 @@ std::vector<std::byte> Pattern(size_t n, size_t seed) {
 }
 
 TEST_CASE("a body grows with what arrives, not with what its header declares") {
-  PendingBudget budget(uint64_t{1} << 40);
+  ByteBudget budget(uint64_t{1} << 40);
   const uint64_t declared = uint64_t{256} << 20;
   BodyBuffer body(budget, declared);
   CHECK(body.capacity() == 0);  // nothing up front
@@ -55,7 +55,7 @@ TEST_CASE("every byte survives the growth and the complete body is exactly its l
   for (uint64_t length :
        {uint64_t{1}, uint64_t{64} << 10, (uint64_t{300} << 10) + 7, (uint64_t{40} << 20) + 4097}) {
     CAPTURE(length);
-    PendingBudget budget(uint64_t{1} << 30);
+    ByteBudget budget(uint64_t{1} << 30);
     BodyBuffer body(budget, length);
     std::vector<std::byte> want = Pattern(length, length);
     // Uneven pieces, as reads deliver them.
@@ -78,7 +78,7 @@ TEST_CASE("every byte survives the growth and the complete body is exactly its l
 }
 
 TEST_CASE("a growth past the budget is BUSY and changes nothing; a dropped body gives back") {
-  PendingBudget budget(1 << 20);
+  ByteBudget budget(1 << 20);
   BodyBuffer a(budget, 64 << 20);
   std::vector<std::byte> bytes = Pattern(700 << 10, 3);
   CHECK_OK(a.Append(bytes));  // 64 -> 128 -> 256 -> 512 -> 1024 KiB
@@ -106,7 +106,7 @@ TEST_CASE("the budget never passes its limit under contention") {
   std::atomic<uint64_t> peak{0};
   std::atomic<uint64_t> refused{0};
   std::atomic<int64_t> observed{0};
-  PendingBudget budget(kLimit, [&](int64_t delta) { observed += delta; });
+  ByteBudget budget(kLimit, [&](int64_t delta) { observed += delta; });
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {

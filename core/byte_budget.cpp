@@ -1,13 +1,13 @@
-#include "server/pending_budget.h"
+#include "core/byte_budget.h"
 
 #include <utility>
 
-namespace hypic::server {
+namespace hypic {
 
-PendingBudget::PendingBudget(uint64_t limit, std::function<void(int64_t)> on_change)
+ByteBudget::ByteBudget(uint64_t limit, std::function<void(int64_t)> on_change)
     : limit_(limit), on_change_(std::move(on_change)) {}
 
-bool PendingBudget::TryReserve(uint64_t n) {
+bool ByteBudget::TryReserve(uint64_t n) {
   uint64_t held = bytes_.load(std::memory_order_relaxed);
   do {
     if (n > limit_ || held > limit_ - n) return false;
@@ -16,10 +16,10 @@ bool PendingBudget::TryReserve(uint64_t n) {
   return true;
 }
 
-void PendingBudget::Release(uint64_t n) {
+void ByteBudget::Release(uint64_t n) {
   if (n == 0) return;
   bytes_.fetch_sub(n, std::memory_order_relaxed);
   if (on_change_) on_change_(-static_cast<int64_t>(n));
 }
 
-}  // namespace hypic::server
+}  // namespace hypic
