@@ -1,6 +1,7 @@
 // A pass's working memory (pass_memory.h): PassBytes against what the CPU passes allocate
 // (prefills with and without state or every row's logits, a segment prefill's capture, a
-// compose of cached entries, f32 and bf16 weights); and the model's budget (ReadOptions::
+// compose of cached entries, f32 and bf16 weights), and each optional part of it against what
+// it is for; and the model's budget (ReadOptions::
 // max_pass_bytes): a pass over it alone is refused kTooLarge before it allocates, one that
 // a running pass leaves no room for kBusy, and the budget is whole again after each pass.
 #include "gpu/model/pass_memory.h"
@@ -56,8 +57,29 @@ TEST_CASE("PassBytes bounds what a CPU pass allocates, within 3x") {
       CHECK(measured <= bound);
       CHECK(bound <= 3 * measured);
     };
-    constexpr int64_t n = 3000;
+    constexpr int64_t n = 1500;
     const auto tokens = Tokens(n, 1);
+    // Each optional part of the bound covers what it is for, on its own: the state's caches,
+    // every row's logits, the capture's entry.
+    const PassSize plain{.live_rows = n, .positions = n, .logit_rows = 1};
+    PassSize kept = plain, all_logits = plain, captured = plain;
+    kept.state_kept = true;
+    all_logits.logit_rows = n;
+    captured.captured_rows = n - 8;
+    {
+      auto r = m->FullPrefill(tokens, {.all_logits = true, .want_state = true});
+      REQUIRE_OK(r);
+      uint64_t kv = 0;
+      for (const LayerState& l : r->state.layers) kv += 4 * (l.k.size() + l.v.size());
+      CHECK(kv > 0);
+      CHECK(PassBytes(c, kept) - PassBytes(c, plain) >= kv);
+      PassSize no_logits = plain;
+      no_logits.logit_rows = 0;
+      CHECK(PassBytes(c, all_logits) - PassBytes(c, no_logits) >= 4 * r->logits.size());
+      auto e = m->SegmentPrefill(tokens, {.seam_w = 8});
+      REQUIRE_OK(e);
+      CHECK(PassBytes(c, captured) - PassBytes(c, plain) >= (*e)->TensorBytes());
+    }
     check("prefill, last logits, state dropped", {.live_rows = n, .positions = n, .logit_rows = 1},
           MeasuredBytes([&] {
             auto r = m->FullPrefill(tokens, {.want_state = false});
@@ -76,19 +98,20 @@ TEST_CASE("PassBytes bounds what a CPU pass allocates, within 3x") {
             REQUIRE_OK(e);
             return uint64_t{(*e)->TensorBytes()};
           }));
-    // A compose of four cached segments of 1,000 tokens and a raw part of 200.
+    // A compose of four cached segments of 600 tokens and a raw part of 200.
     std::vector<ComposePart> parts;
     for (uint32_t s = 0; s < 4; ++s) {
-      ComposePart p{.kind = ComposePart::Kind::kSegment, .tokens = Tokens(1000, 10 + s)};
+      ComposePart p{
+          .kind = ComposePart::Kind::kSegment, .tokens = Tokens(600, 10 + s), .entry = {}};
       auto e = m->SegmentPrefill(p.tokens, {.seam_w = 8});
       REQUIRE_OK(e);
       p.entry = *e;
       parts.push_back(std::move(p));
     }
-    parts.push_back({.kind = ComposePart::Kind::kRaw, .tokens = Tokens(200, 99)});
+    parts.push_back({.kind = ComposePart::Kind::kRaw, .tokens = Tokens(200, 99), .entry = {}});
     check("compose, state kept",
           {.live_rows = 4 * 8 + 200,
-           .positions = 4200,
+           .positions = 2600,
            .cached_blocks = 4,
            .logit_rows = 1,
            .state_kept = true},
@@ -125,15 +148,15 @@ TEST_CASE("max_pass_bytes: TOO_LARGE over the limit, BUSY beside a running pass,
 
   // A pass started while another holds its reservation (from the first one's layer callback).
   std::vector<StatusCode> inner;
-  auto outer =
-      m->Compose(std::vector<ComposePart>{{.kind = ComposePart::Kind::kRaw, .tokens = prompt}},
-                 {.on_layer = [&](uint32_t, std::span<const StateTensorView>) {
-                   if (inner.empty()) {
-                     CHECK(m->pass_bytes_in_use() > 0);
-                     inner.push_back(m->FullPrefill(prompt, {.want_state = false}).status().code());
-                   }
-                   return Status::Ok();
-                 }});
+  auto outer = m->Compose(
+      std::vector<ComposePart>{{.kind = ComposePart::Kind::kRaw, .tokens = prompt, .entry = {}}},
+      {.on_layer = [&](uint32_t, std::span<const StateTensorView>) {
+        if (inner.empty()) {
+          CHECK(m->pass_bytes_in_use() > 0);
+          inner.push_back(m->FullPrefill(prompt, {.want_state = false}).status().code());
+        }
+        return Status::Ok();
+      }});
   REQUIRE_OK(outer);
   REQUIRE(inner.size() == 1);
   CHECK(inner[0] == StatusCode::kBusy);
