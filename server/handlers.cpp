@@ -813,6 +813,7 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
   options.seam_w = seam;
   options.want_state = in.return_state;
   options.device = combine_device_;
+  options.deadline = req.deadline;  // a long prompt's combine stops one layer past it
   // State first: each layer leaves as the pass completes it, so the state is not kept.
   std::optional<StateStreamer> streamer;
   if (state_first) {

@@ -1,5 +1,7 @@
 #include "gpu/model/forward.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -210,6 +212,13 @@ Status Model::Pass::Run(bool all_logits, std::vector<float>* logits,
     HYPIC_RETURN_IF_ERROR(k.status());
     // A CPU step is done with its inputs when it returns (forward_kernels.h).
     widened_used_ = 0;
+    if (!last && std::chrono::steady_clock::now() > deadline_) {
+      HYPIC_RETURN_IF_ERROR(kernels_->Finish());
+      return DeadlineExceeded(fmt::format(
+          "the pass of {} live tokens ran past its deadline after layer {} of {}; the rest was "
+          "not computed",
+          rows, li + 1, c.num_layers));
+    }
   }
   state_.n_positions = end_pos_;
   if (logits == nullptr) return FinishPass();

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -40,6 +41,9 @@ class Model::Pass {
   // place (ForwardKernels::AttendsKvSpans): no copy of every position's K/V per layer.
   Pass(const Model& model, ModelState& state, ComposeMode mode, const ComputeDevice& device,
        StateUse use = StateUse::kKept);
+
+  // After each layer the pass stops with kDeadlineExceeded once `deadline` has passed.
+  void set_deadline(std::chrono::steady_clock::time_point deadline) { deadline_ = deadline; }
 
   // Appends live tokens; merges with a preceding live block.
   void AddLive(std::span<const uint32_t> tokens);
@@ -158,6 +162,7 @@ class Model::Pass {
   std::unique_ptr<ForwardKernels> kernels_;  // made by Run
   std::vector<Block> blocks_;
   std::vector<uint32_t> tokens_;  // live tokens in row order
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
   int64_t end_pos_ = 0;
   int64_t cached_tokens_ = 0;
 

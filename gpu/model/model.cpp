@@ -374,6 +374,7 @@ Result<ComposeResult> Model::ComposeAfter(ModelState& state, std::span<const Com
 Result<ComposeResult> Model::ComposeState(ModelState& state, std::span<const ComposePart> parts,
                                           const ComposeOptions& options, StateUse use) const {
   Pass pass(*this, state, options.mode, options.device, use);
+  pass.set_deadline(options.deadline);
   const int64_t w = options.seam_w;
   const ModelConfig& c = config_;
   for (size_t i = 0; i < parts.size(); ++i) {

@@ -47,6 +47,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -170,6 +171,10 @@ struct ComposeOptions {
   // set it only on the call that completes the prompt (the last fold step). Independent of
   // want_state; the logits and the state are the same bits with and without it.
   LayerStateCallback on_layer = {};
+  // The pass checks it after each layer and, once it has passed, stops with kDeadlineExceeded
+  // (the rest of its work not done): a request's deadline bounds a long prompt's combine to
+  // one layer past it.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 struct ComposeResult {

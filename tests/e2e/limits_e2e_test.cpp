@@ -1,8 +1,8 @@
 // RELIABILITY rows 5, 6, 7, 10 and 15 against the real hypicd, with small limits set through
 // flags: twice the connection limit, slowloris (HELLO, header, body and idle deadlines), a
 // client that pipelines and never reads (backpressure, bounded memory), a full compute queue
-// (BUSY at once), a request deadline, a prompt over the pass memory budget (TOO_LARGE), and
-// SIGTERM under load (drain, exit 0).
+// (BUSY at once), a request deadline (in the queue, and within a long prompt's pass), a prompt
+// over the pass memory budget (TOO_LARGE), and SIGTERM under load (drain, exit 0).
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -254,6 +254,34 @@ TEST_CASE("max_pass_bytes: a prompt too large for the pass budget is TOO_LARGE, 
   CHECK(small->status() == StatusCode::kOk);
   ExpectServing(*c);
   CHECK((*d)->Alive());
+}
+
+TEST_CASE("a long prompt's compose stops at its deadline, between layers") {
+  auto d = Daemon::Start();
+  REQUIRE_OK(d);
+  auto c = RawConn::TcpHello((*d)->port());
+  REQUIRE_OK(c);
+  // 100,000 raw tokens: the whole pass takes seconds (its attention is quadratic), its first
+  // layer a fraction of that.
+  protocol::ComposeRequest req;
+  req.mode = protocol::ComposeMode::kFull;
+  protocol::ComposePart part;
+  part.kind = protocol::PartKind::kRaw;
+  for (uint32_t t = 0; t < 100000; ++t) part.tokens.push_back((t * 11 + 5) % 250);
+  req.parts = {part};
+  protocol::FrameHeader h;
+  h.opcode = Opcode::kCompose;
+  h.request_id = 7;
+  h.deadline_ms = 200;
+  const auto start = Clock::now();
+  REQUIRE_OK(c->SendFrame(h, {}, protocol::Encode(req)));
+  auto r = c->Read(120s);
+  REQUIRE_OK(r);
+  const auto took = Clock::now() - start;
+  CHECK(r->status() == StatusCode::kDeadlineExceeded);
+  INFO("answered after ", std::chrono::duration<double>(took).count(), " s: ", r->text());
+  CHECK(took < 5s);
+  ExpectServing(*c);
 }
 
 TEST_CASE("SIGTERM under load: requests finish or get SHUTTING_DOWN, exit 0") {

@@ -7,7 +7,9 @@
 //    as the seam grows;
 //  * entries are well-formed, and bad entries are refused with a message;
 //  * on_layer (per-layer streaming) gets every layer once, in order, equal to the final state,
-//    before the later layers run, and changes no bit of the logits or the state.
+//    before the later layers run, and changes no bit of the logits or the state;
+//  * a deadline stops the pass between layers (kDeadlineExceeded), and one not reached changes
+//    nothing.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -432,6 +434,35 @@ TEST_CASE("on_layer hands over each layer's final state as soon as the pass has 
     CHECK(r.status().code() == StatusCode::kCancelled);
     CHECK(calls == 1);
   }
+}
+
+TEST_CASE("a deadline stops a compose between layers; one not reached changes no bit") {
+  ScratchDir dir;
+  auto m = testing::LoadTiny(dir.path());
+  hypic::testing::SeededRng rng(17);
+  auto parts = MakeParts(rng, *m, 4, {30, 22}, 5);
+  REQUIRE_OK(m->PrefillEntries(parts, ComposeMode::kHypic, {.seam_w = 8}));
+  ComposeOptions o{.mode = ComposeMode::kHypic, .seam_w = 8};
+  auto reference = m->Compose(parts, o);
+  REQUIRE_OK(reference);
+
+  o.deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
+  auto in_time = m->Compose(parts, o);
+  REQUIRE_OK(in_time);
+  CHECK(in_time->logits == reference->logits);
+
+  // Already past: the first layer runs, then the pass stops (no later layer hands its state).
+  std::vector<uint32_t> layers;
+  o.deadline = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  o.on_layer = [&](uint32_t layer, std::span<const StateTensorView>) {
+    layers.push_back(layer);
+    return Status::Ok();
+  };
+  auto late = m->Compose(parts, o);
+  REQUIRE(!late.ok());
+  CHECK(late.status().code() == StatusCode::kDeadlineExceeded);
+  CHECK(late.status().message().find("after layer 1 of") != std::string::npos);
+  CHECK(layers == std::vector<uint32_t>{0});
 }
 
 TEST_CASE("Compose refuses bad requests and foreign entries, naming the problem") {
