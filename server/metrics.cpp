@@ -200,6 +200,11 @@ Metrics::Metrics()
                         .Help("Bytes held by partially received request bodies (all connections)")
                         .Register(*registry_)
                         .Add({});
+  pass_bytes_ = &prometheus::BuildGauge()
+                     .Name("hypic_pass_bytes")
+                     .Help("Working memory reserved by the running forward passes (max_pass_bytes)")
+                     .Register(*registry_)
+                     .Add({});
   pending_refusals_ = &prometheus::BuildCounter()
                            .Name("hypic_pending_request_refusals_total")
                            .Help("Request bodies answered BUSY at max_pending_request_bytes")
@@ -274,6 +279,8 @@ void Metrics::QuotaRefused(std::string_view tenant, std::string_view quota) {
   quota_refusals_->Add({{"tenant", std::string(tenant)}, {"quota", std::string(quota)}})
       .Increment();
 }
+void Metrics::AddPassBytes(int64_t delta) { pass_bytes_->Increment(static_cast<double>(delta)); }
+
 void Metrics::AddPendingRequestBytes(int64_t delta) {
   pending_bytes_->Increment(static_cast<double>(delta));
 }

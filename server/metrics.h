@@ -11,6 +11,8 @@
 //   hypic_pending_request_bytes                     gauge (partially received bodies, all
 //                                                   connections: max_pending_request_bytes)
 //   hypic_pending_request_refusals_total            counter (bodies answered BUSY at that cap)
+//   hypic_pass_bytes                                gauge (working memory the running forward
+//                                                   passes reserved: max_pass_bytes)
 //   hypic_quota_refusals_total{tenant,quota}        requests refused QUOTA_EXCEEDED (quota:
 //                                                   bytes, compute_inflight)
 //   hypic_tier_{hits,misses,evictions}_total{tier},
@@ -140,6 +142,7 @@ class Metrics {
   void QuotaRefused(std::string_view tenant, std::string_view quota);
   void AddPendingRequestBytes(int64_t delta);
   void PendingRequestRefused();
+  void AddPassBytes(int64_t delta);
 
   // The text exposition of every metric (the same bytes /metrics returns); for tests and STATS.
   std::string Render() const;
@@ -167,6 +170,7 @@ class Metrics {
   prometheus::Counter* bytes_in_ = nullptr;
   prometheus::Counter* bytes_out_ = nullptr;
   prometheus::Gauge* pending_bytes_ = nullptr;
+  prometheus::Gauge* pass_bytes_ = nullptr;
   prometheus::Counter* pending_refusals_ = nullptr;
   // Series cached per (opcode, status) and per opcode; created on first use.
   std::array<std::atomic<prometheus::Counter*>, kOpcodes * kStatuses> request_series_{};

@@ -128,9 +128,11 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
   const auto t0 = std::chrono::steady_clock::now();
   if (c.model != "none") {
     HYPIC_LOG_INFO("gemm: {}", cpu::GemmSummary());
-    const model::ReadOptions read{.weights = *model::ParseWeightsDType(c.weights_dtype),
-                                  .cuda_tf32 = c.cuda_tf32,
-                                  .max_pass_bytes = c.max_pass_bytes.value_or(0)};
+    const model::ReadOptions read{
+        .weights = *model::ParseWeightsDType(c.weights_dtype),
+        .cuda_tf32 = c.cuda_tf32,
+        .max_pass_bytes = c.max_pass_bytes.value_or(0),
+        .on_pass_bytes = [metrics_ptr](int64_t delta) { metrics_ptr->AddPassBytes(delta); }};
     auto model = model::LoadModel(c.model, c.ModelCacheDir(), read);
     if (!model.ok()) return model.status().WithContext("config key 'model' (" + c.model + ")");
     s->model_ = std::move(model).value();

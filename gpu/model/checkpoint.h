@@ -15,6 +15,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,6 +45,9 @@ struct ReadOptions {
   // at once (pass_memory.h; 0: no limit). A pass over it alone is refused kTooLarge, one that
   // the passes running beside it leave no room for kBusy.
   uint64_t max_pass_bytes = 0;
+  // Told every change of the bytes the running passes hold, as a signed delta (e.g. for a
+  // gauge); called from the pass's thread, without locks.
+  std::function<void(int64_t)> on_pass_bytes = {};
 };
 
 struct LoadedCheckpoint {

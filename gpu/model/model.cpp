@@ -94,13 +94,16 @@ Result<ComposeMode> ComposeModeFromName(std::string_view name) {
 }
 
 Model::Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerprint,
-             size_t checkpoint_bytes, bool cuda_tf32, uint64_t max_pass_bytes)
+             size_t checkpoint_bytes, bool cuda_tf32, uint64_t max_pass_bytes,
+             std::function<void(int64_t)> on_pass_bytes)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       fingerprint_(fingerprint),
       checkpoint_bytes_(checkpoint_bytes),
       device_cache_(std::make_shared<DeviceContextCache>(cuda_tf32)),
-      pass_budget_(max_pass_bytes > 0 ? std::make_unique<ByteBudget>(max_pass_bytes) : nullptr) {
+      pass_budget_(max_pass_bytes > 0
+                       ? std::make_unique<ByteBudget>(max_pass_bytes, std::move(on_pass_bytes))
+                       : nullptr) {
   // Packed once here, so no product copies a weight into oneDNN's layout (weights.h).
   weights_.PackForCpuGemm(config_.hidden_size);
 }
@@ -435,7 +438,8 @@ Result<std::shared_ptr<const Model>> LoadModel(std::string_view spec,
     fingerprint = s.Digest();
   }
   return std::make_shared<const Model>(std::move(ckpt.config), std::move(ckpt.weights), fingerprint,
-                                       ckpt.checkpoint_bytes, tf32, options.max_pass_bytes);
+                                       ckpt.checkpoint_bytes, tf32, options.max_pass_bytes,
+                                       options.on_pass_bytes);
 }
 
 }  // namespace hypic::model

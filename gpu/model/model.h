@@ -188,9 +188,10 @@ class Model {
  public:
   // checkpoint_bytes: the bytes of the checkpoint tensors the weights came from (0: none).
   // cuda_tf32: ReadOptions::cuda_tf32 (the caller folds it into `fingerprint`).
-  // max_pass_bytes: ReadOptions::max_pass_bytes.
+  // max_pass_bytes, on_pass_bytes: ReadOptions'.
   Model(ModelConfig config, ModelWeights weights, ModelFingerprint fingerprint,
-        size_t checkpoint_bytes = 0, bool cuda_tf32 = false, uint64_t max_pass_bytes = 0);
+        size_t checkpoint_bytes = 0, bool cuda_tf32 = false, uint64_t max_pass_bytes = 0,
+        std::function<void(int64_t)> on_pass_bytes = {});
 
   const ModelConfig& config() const { return config_; }
   // The checkpoint's fingerprint, folded with the GEMM weights' precision when that is bf16

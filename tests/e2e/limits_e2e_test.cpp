@@ -254,6 +254,9 @@ TEST_CASE("max_pass_bytes: a prompt too large for the pass budget is TOO_LARGE, 
   CHECK(small->status() == StatusCode::kOk);
   ExpectServing(*c);
   CHECK((*d)->Alive());
+  // Every pass has given its reservation back.
+  const std::string metrics = HttpGet((*d)->metrics_port(), "/metrics");
+  CHECK(metrics.find("\nhypic_pass_bytes 0\n") != std::string::npos);
 }
 
 TEST_CASE("a long prompt's compose stops at its deadline, between layers") {

@@ -129,8 +129,11 @@ TEST_CASE("max_pass_bytes: TOO_LARGE over the limit, BUSY beside a running pass,
   const PassSize small{.live_rows = 64, .positions = 64, .logit_rows = 1};
   // Room for a 64-token prefill, not for two, nor for a 4,000-token one.
   const uint64_t limit = PassBytes(tiny->config(), small) * 3 / 2;
-  auto loaded =
-      LoadModel(dir.path().string(), {}, {.weights = WeightsDType::kF32, .max_pass_bytes = limit});
+  std::vector<int64_t> deltas;  // what ReadOptions::on_pass_bytes is told
+  auto loaded = LoadModel(dir.path().string(), {},
+                          {.weights = WeightsDType::kF32,
+                           .max_pass_bytes = limit,
+                           .on_pass_bytes = [&](int64_t d) { deltas.push_back(d); }});
   REQUIRE_OK(loaded);
   const auto& m = *loaded;
   CHECK(m->max_pass_bytes() == limit);
@@ -139,6 +142,8 @@ TEST_CASE("max_pass_bytes: TOO_LARGE over the limit, BUSY beside a running pass,
   auto ok = m->FullPrefill(prompt, {.want_state = false});
   REQUIRE_OK(ok);
   CHECK(m->pass_bytes_in_use() == 0);
+  const auto reserved = static_cast<int64_t>(PassBytes(m->config(), small));
+  CHECK(deltas == std::vector<int64_t>{reserved, -reserved});
 
   auto big = m->FullPrefill(Tokens(4000, 6), {.want_state = false});
   REQUIRE(!big.ok());
