@@ -826,7 +826,7 @@ Result<protocol::Bytes> Handlers::Compose(const Request& req) {
   }
   Result<model::ComposeResult> composed = Internal("unset");
   if (prefix_mode) {
-    composed = ComposePrefix(in.name_space, parts, out);
+    composed = ComposePrefix(in.name_space, parts, req.deadline, out);
     out.timings.compose_us = Micros(Clock::now() - t0);
   } else if (cached_mode) {
     // Misses are prefilled on the workers (single flight, LPT), each entry streamed to this
@@ -935,8 +935,10 @@ Status Handlers::QueueChunks(const Request& req, std::shared_ptr<const void> own
 
 Result<model::ComposeResult> Handlers::ComposePrefix(const std::string& name_space,
                                                      std::span<const model::ComposePart> parts,
+                                                     std::chrono::steady_clock::time_point deadline,
                                                      protocol::ComposeReply& out) {
-  HYPIC_ASSIGN_OR_RETURN(model::PrefixRunResult run, prefix_cache_->Run(name_space, parts));
+  HYPIC_ASSIGN_OR_RETURN(model::PrefixRunResult run,
+                         prefix_cache_->Run(name_space, parts, deadline));
   // The checkpoints live in host RAM: restored parts are host hits whatever they were named
   // by; the rest ran through the model (segments as misses, never stored in the tiers).
   for (size_t i = 0; i < out.parts.size(); ++i) {

@@ -133,6 +133,7 @@ class Handlers {
   // marks the reused leading parts as host hits, the rest as misses (segments) or live (raw).
   Result<model::ComposeResult> ComposePrefix(const std::string& name_space,
                                              std::span<const model::ComposePart> parts,
+                                             std::chrono::steady_clock::time_point deadline,
                                              protocol::ComposeReply& out);
 
   uint32_t SeamOf(uint32_t requested) const;

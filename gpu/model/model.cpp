@@ -249,6 +249,7 @@ Result<PrefillResult> Model::ExtendState(ModelState& state, std::span<const uint
   if (tokens.empty()) return BadRequest("prefill: no tokens");
   HYPIC_RETURN_IF_ERROR(CheckTokens(tokens, config_.vocab_size, "prefill"));
   Pass pass(*this, state, ComposeMode::kFull, options.device, use);
+  pass.set_deadline(options.deadline);
   pass.AddLive(tokens);
   PrefillResult r;
   HYPIC_RETURN_IF_ERROR(pass.Run(options.all_logits, &r.logits));

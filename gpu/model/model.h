@@ -40,10 +40,14 @@
 // results (states, entries, logits) are host values either way, and the CUDA numerics (cuBLAS
 // fp32 sgemm) match the CPU's within 1e-4 relative.
 //
+// Working memory: every pass first reserves its bound (pass_memory.h) from the model's budget
+// (ReadOptions::max_pass_bytes): kTooLarge for a pass over the whole budget, kBusy when the
+// passes running now leave no room; nothing is allocated then.
+//
 // Thread-safety: a Model is immutable after Load (apart from its per-device weight copies,
-// built once under a mutex); passes are const and may run concurrently (each allocates its own
-// scratch); CUDA passes on one device run one at a time. Results and states are plain values owned
-// by the caller.
+// built once under a mutex, and its lock-free pass budget); passes are const and may run
+// concurrently (each allocates its own scratch); CUDA passes on one device run one at a time.
+// Results and states are plain values owned by the caller.
 #pragma once
 
 #include <array>
@@ -118,6 +122,9 @@ struct PrefillOptions {
   bool all_logits = false;  // logits for every token, else the last token only
   bool want_state = true;
   ComputeDevice device = {};  // where the pass runs; state and results stay host values
+  // As ComposeOptions::deadline; a pass stopped by it leaves the state it extends half advanced
+  // (some layers past the tokens, the rest not): the caller drops that state.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 struct PrefillResult {

@@ -145,7 +145,8 @@ void PrefixCache::EvictToCapacity() {
 }
 
 Result<PrefixRunResult> PrefixCache::Run(std::string_view name_space,
-                                         std::span<const ComposePart> parts) {
+                                         std::span<const ComposePart> parts,
+                                         std::chrono::steady_clock::time_point deadline) {
   if (parts.empty()) return BadRequest("prefix cache: empty prompt");
   const int64_t vocab = model_->config().vocab_size;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -185,6 +186,7 @@ Result<PrefixRunResult> PrefixCache::Run(std::string_view name_space,
     const int64_t pos0 = state.n_positions;
     PrefillOptions opts;
     opts.want_state = !last;
+    opts.deadline = deadline;
     HYPIC_ASSIGN_OR_RETURN(PrefillResult r, model_->Extend(state, parts[i].tokens, opts));
     result.computed_tokens += static_cast<int64_t>(parts[i].tokens.size());
     if (last) {

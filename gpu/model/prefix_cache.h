@@ -21,6 +21,7 @@
 // lookups and inserts; the model passes run outside it. Nodes are immutable once inserted.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -66,8 +67,12 @@ class PrefixCache {
   PrefixCache& operator=(const PrefixCache&) = delete;
 
   // Runs the prompt `parts` (their entries are ignored) and returns the last token's logits.
-  // kBadRequest for an empty prompt, an empty part or a token outside the vocabulary.
-  Result<PrefixRunResult> Run(std::string_view name_space, std::span<const ComposePart> parts);
+  // kBadRequest for an empty prompt, an empty part or a token outside the vocabulary;
+  // kDeadlineExceeded when a part's pass runs past `deadline` (PrefillOptions::deadline), and
+  // then no checkpoint of this run is kept.
+  Result<PrefixRunResult> Run(std::string_view name_space, std::span<const ComposePart> parts,
+                              std::chrono::steady_clock::time_point deadline =
+                                  std::chrono::steady_clock::time_point::max());
 
   PrefixCacheStats Stats() const;
   // Drops every checkpoint.

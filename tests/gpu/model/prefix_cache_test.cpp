@@ -1,6 +1,7 @@
 // The prefix-cache baseline (gpu/model/prefix_cache.h) is exact: whatever it restores, the
 // logits equal a full prefill of the same prompt (within 1e-4), it reuses exactly the longest
-// cached prefix of whole parts, tenants do not share, and capacity bounds its memory.
+// cached prefix of whole parts, tenants do not share, capacity bounds its memory, and a run
+// past its deadline stops and keeps nothing.
 #include "gpu/model/prefix_cache.h"
 
 #include <doctest/doctest.h>
@@ -110,6 +111,25 @@ TEST_CASE("prefix cache: repeated and extended prompts reproduce full-prefill lo
   // prompt 3 + branch 1 + shuffled 3 + other 3 nodes; the tree shares docs[0], docs[1].
   CHECK(stats.nodes == 10);
   CHECK(stats.bytes > 0);
+}
+
+TEST_CASE("prefix cache: a run past its deadline stops and keeps no checkpoint") {
+  auto model = TinyModel();
+  const uint32_t vocab = static_cast<uint32_t>(model->config().vocab_size);
+  testing::SeededRng rng(6);
+  const std::vector<ComposePart> prompt = {Part(rng.Tokens(30, vocab)), Part(rng.Tokens(30, vocab)),
+                                           Part(rng.Tokens(5, vocab))};
+  PrefixCache cache(model, {});
+  auto late = cache.Run("ns", prompt, std::chrono::steady_clock::now() - std::chrono::seconds(1));
+  REQUIRE(!late.ok());
+  CHECK(late.status().code() == StatusCode::kDeadlineExceeded);
+  CHECK(cache.Stats().nodes == 0);
+  // The next run starts cold and gives the full prefill's logits.
+  auto in_time = cache.Run("ns", prompt, std::chrono::steady_clock::now() + std::chrono::hours(1));
+  REQUIRE_OK(in_time);
+  CHECK(in_time->reused_parts == 0);
+  CHECK(in_time->checkpoints_added == 2);
+  CHECK(MaxRelDiff(in_time->logits, FullLogits(*model, prompt)) < 1e-4);
 }
 
 TEST_CASE("prefix cache: capacity evicts least recently used leaves and stays exact") {
