@@ -9,8 +9,9 @@
 // activations, the routing arrays, the attention's packed K/V and fp32 gather, one layer's
 // widened entry tensors, the capture's tensors and their fp32 roundings, the logits, and the
 // K/V caches of every position when the state is kept. It is an upper bound on the CPU
-// (forward_test checks it against the CPU kernels' own count of their buffers); a CUDA pass
-// allocates the same buffers in device memory. Pure functions of the config: thread-safe.
+// (model_pass_memory_test checks it against the CPU kernels' own count of their buffers, and
+// each optional term against what it is for); a CUDA pass allocates the same buffers in
+// device memory. Pure functions of the config: thread-safe.
 #pragma once
 
 #include <cstdint>
