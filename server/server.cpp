@@ -145,6 +145,19 @@ Result<std::unique_ptr<Server>> Server::Create(ServerConfig config) {
         stored > 0 ? static_cast<double>(resident) / static_cast<double>(stored) : 0.0,
         stored / 1048576.0);
     HYPIC_LOG_INFO("entries: {} (entry_dtype)", c.entry_dtype.ToString());
+    if (const uint64_t budget = s->model_->max_pass_bytes(); budget > 0) {
+      // Per live token: a 16k-token pass's bound (pass_memory.h) over its rows.
+      const uint64_t per_token =
+          model::PassBytes(s->model_->config(),
+                           {.live_rows = 1 << 14, .positions = 1 << 14, .logit_rows = 1}) >>
+          14;
+      HYPIC_LOG_INFO(
+          "pass memory: max_pass_bytes {:.1f} GiB, ~{} KiB per live token: one pass "
+          "of up to ~{} tokens",
+          budget / 1073741824.0, per_token >> 10, budget / std::max<uint64_t>(per_token, 1));
+    } else {
+      HYPIC_LOG_WARN("pass memory: max_pass_bytes 0, no limit: one long prompt can exhaust memory");
+    }
     HYPIC_LOG_INFO("attention: {} (head_dim {})",
                    model::AttentionKernelName(s->model_->config().head_dim,
                                               s->model_->weights_dtype() == DType::kBF16),
