@@ -39,6 +39,14 @@ std::vector<ComposePart> MakeParts(hypic::testing::SeededRng& rng, const Model& 
   return parts;
 }
 
+// A raw prefix, two segments with their hypic entries (seam 8) and a raw suffix.
+std::vector<ComposePart> PartsWithEntries(const Model& m, uint64_t seed) {
+  hypic::testing::SeededRng rng(seed);
+  auto parts = MakeParts(rng, m, 4, {30, 22}, 5);
+  REQUIRE_OK(m.PrefillEntries(parts, ComposeMode::kHypic, {.seam_w = 8}));
+  return parts;
+}
+
 std::vector<uint32_t> Concat(const std::vector<ComposePart>& parts) {
   std::vector<uint32_t> all;
   for (const auto& p : parts) all.insert(all.end(), p.tokens.begin(), p.tokens.end());
@@ -355,9 +363,7 @@ void CheckEmittedIsState(const Model& m, const std::vector<Emitted>& got, const 
 TEST_CASE("on_layer hands over each layer's final state as soon as the pass has it") {
   ScratchDir dir;
   auto m = testing::LoadTiny(dir.path());
-  hypic::testing::SeededRng rng(16);
-  auto parts = MakeParts(rng, *m, 4, {30, 22}, 5);
-  REQUIRE_OK(m->PrefillEntries(parts, ComposeMode::kHypic, {.seam_w = 8}));
+  const auto parts = PartsWithEntries(*m, 16);
   const ComposeOptions plain{.mode = ComposeMode::kHypic, .seam_w = 8, .want_state = true};
   auto reference = m->Compose(parts, plain);
   REQUIRE_OK(reference);
@@ -439,9 +445,7 @@ TEST_CASE("on_layer hands over each layer's final state as soon as the pass has 
 TEST_CASE("a deadline stops a compose between layers; one not reached changes no bit") {
   ScratchDir dir;
   auto m = testing::LoadTiny(dir.path());
-  hypic::testing::SeededRng rng(17);
-  auto parts = MakeParts(rng, *m, 4, {30, 22}, 5);
-  REQUIRE_OK(m->PrefillEntries(parts, ComposeMode::kHypic, {.seam_w = 8}));
+  const auto parts = PartsWithEntries(*m, 17);
   ComposeOptions o{.mode = ComposeMode::kHypic, .seam_w = 8};
   auto reference = m->Compose(parts, o);
   REQUIRE_OK(reference);
